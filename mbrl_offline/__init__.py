@@ -1,0 +1,22 @@
+"""mbrl_offline: offline model-based reinforcement learning in PyTorch.
+
+>>> import mbrl_offline as m
+>>> d = m.load_dataset("hopper-medium")      # bundled; also D4RL .hdf5 files and Minari ids
+>>> d.normalized_score(d.episode_returns()).mean()
+"""
+
+__version__ = "0.1.0"
+
+from mbrl_offline.data import (  # noqa: E402
+    ENVS,
+    OfflineDataset,
+    bundled_datasets,
+    get_env_info,
+    load_dataset,
+    write_d4rl_hdf5,
+    write_minari,
+)
+from mbrl_offline.errors import ConfigError, DatasetError, MbrlOfflineError  # noqa: E402
+
+__all__ = ["__version__", "load_dataset", "bundled_datasets", "OfflineDataset", "get_env_info", "ENVS",
+           "write_d4rl_hdf5", "write_minari", "MbrlOfflineError", "DatasetError", "ConfigError"]

@@ -1,0 +1,141 @@
+"""SAC-N: soft actor-critic with an ensemble of N critics (Haarnoja et al. 2018; An et al. 2021).
+
+N = 2 is the usual clipped double-Q SAC, which the dataset collector trains as the behaviour policy;
+larger N with the min over all critics is SAC-N, the core of the model-based agents.
+
+Per update, in the order of CORL's EDAC and the official RAVL code:
+
+1. alpha:  L(log a) = -log a * E[log pi(a|s) + H_target],           H_target = -|A|
+2. actor:  L(pi)   = E[a log pi(a|s) - min_i Q_i(s, a)],            a ~ pi(.|s)
+3. critics: L(Q)   = sum_i E[(Q_i(s, a) - y)^2],
+            y = r + gamma (1 - terminal) (min_i Qbar_i(s', a') - a log pi(a'|s')),  a' ~ pi(.|s')
+4. Polyak averaging of the target critics with rate tau.
+
+Deviation, on purpose: the alpha loss reuses the log-probabilities of the actor step's sample instead
+of drawing a second one (CORL draws two); the expectation is the same and one actor pass is saved.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor
+
+
+@dataclass
+class SACConfig:
+    num_critics: int = 2  # N: size of the critic ensemble; targets and the actor use the min over all N
+    hidden_size: int = 256  # width of actor and critic hidden layers
+    hidden_layers: int = 2  # hidden layers in actor and critics
+    actor_lr: float = 3e-4  # Adam learning rates
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    gamma: float = 0.99  # discount
+    tau: float = 5e-3  # Polyak rate of the target critics
+    init_alpha: float = 1.0  # initial entropy temperature (log alpha starts at log of this)
+    auto_alpha: bool = True  # tune alpha towards the target entropy; False keeps init_alpha fixed
+    target_entropy: Optional[float] = None  # None means -|A|
+    batch_size: int = 256  # transitions per update
+
+
+class SAC:
+    """A SAC-N agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
+                 config: SACConfig = SACConfig(), device: str | torch.device = "cpu"):
+        self.config, self.device = config, torch.device(device)
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        self.actor = TanhGaussianActor(obs_dim, act_dim, action_low, action_high, config.hidden_size,
+                                       config.hidden_layers).to(self.device)
+        self.critic = CriticEnsemble(obs_dim, act_dim, config.num_critics, config.hidden_size,
+                                     config.hidden_layers).to(self.device)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.tensor(float(np.log(config.init_alpha)), device=self.device,
+                                      requires_grad=config.auto_alpha)
+        self.target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
+        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
+        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr) if config.auto_alpha else None
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        return self.log_alpha.detach().exp()
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
+        """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy."""
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        action, _ = self.actor(obs_t, deterministic=deterministic, with_log_prob=False)
+        return action.cpu().numpy()
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+        obs, actions = batch["observations"], batch["actions"]
+        cfg = self.config
+
+        # Actor (and alpha from the same sample). Critic weights need no gradient here.
+        self.critic.requires_grad_(False)
+        new_actions, log_prob = self.actor(obs)
+        if self.alpha_optim is not None:
+            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+            self.alpha_optim.zero_grad(set_to_none=True)
+            alpha_loss.backward()
+            self.alpha_optim.step()
+        alpha = self.alpha
+        q_new = self.critic(obs, new_actions).min(dim=0).values
+        actor_loss = (alpha * log_prob - q_new).mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optim.step()
+        self.critic.requires_grad_(True)
+
+        # Critics.
+        with torch.no_grad():
+            next_actions, next_log_prob = self.actor(batch["next_observations"])
+            next_q = self.target_critic(batch["next_observations"], next_actions).min(dim=0).values
+            not_done = 1.0 - batch["terminals"].float()
+            target = batch["rewards"] + cfg.gamma * not_done * (next_q - alpha * next_log_prob)
+        q = self.critic(obs, actions)
+        critic_loss = (q - target).pow(2).mean(dim=1).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), cfg.tau)
+
+        return {
+            "critic_loss": critic_loss.item(),
+            "actor_loss": actor_loss.item(),
+            "alpha": alpha.item(),
+            "q_mean": q.mean().item(),
+            "entropy": -log_prob.mean().item(),
+        }
+
+    def state_dict(self) -> dict:
+        state = {
+            "config": asdict(self.config),
+            "actor": self.actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "log_alpha": self.log_alpha.detach().clone(),
+            "actor_optim": self.actor_optim.state_dict(),
+            "critic_optim": self.critic_optim.state_dict(),
+        }
+        if self.alpha_optim is not None:
+            state["alpha_optim"] = self.alpha_optim.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        with torch.no_grad():
+            self.log_alpha.copy_(state["log_alpha"])
+        self.actor_optim.load_state_dict(state["actor_optim"])
+        self.critic_optim.load_state_dict(state["critic_optim"])
+        if self.alpha_optim is not None:
+            self.alpha_optim.load_state_dict(state["alpha_optim"])

@@ -1,0 +1,121 @@
+"""D4RL-format HDF5 files, read and written with h5py (the ``d4rl`` package is not needed).
+
+A D4RL file holds flat arrays: ``observations``, ``actions``, ``rewards``, ``terminals`` and usually
+``next_observations`` and ``timeouts`` (D4RL's gym-mujoco v1/v2 files have both).
+
+Reading follows the conventions of the maintained loaders (OfflineRL-Kit, TorchRL): when
+``next_observations`` is stored it is used, so the last transition of every timed-out episode is
+kept. When it is absent (older files), ``next_observations[i] = observations[i + 1]``, and the rows
+whose successor is not in the file are dropped: the last row of each timed-out episode and the
+file's final row, as ``d4rl.qlearning_dataset`` does (which also drops a row that both terminates
+and times out; we keep it, since a terminal row needs no successor). Terminal rows are kept (their reward
+and the terminal flag matter to value learning, which does not bootstrap from them), but their
+``observations[i + 1]`` starts the next episode and is not the true successor; the dataset's
+``metadata["inferred_next_observations"]`` is then True, so dynamics training can leave those rows out.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from mbrl_offline.data.dataset import OfflineDataset
+from mbrl_offline.errors import DatasetError
+from mbrl_offline.utils import atomic_path
+
+REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
+
+
+def read_d4rl_hdf5(path: str | os.PathLike, source: Optional[str] = None) -> OfflineDataset:
+    """Load a D4RL-format HDF5 file. Reference scores are left unset (the caller knows the env)."""
+    import h5py
+
+    path = Path(path)
+    source = source or str(path)
+    if not path.is_file():
+        raise DatasetError(f"{source}: file not found; check the path, or make a dataset with "
+                           "`python examples/collect.py env=<env>`.")
+    try:
+        with h5py.File(path, "r") as f:
+            missing = [k for k in REQUIRED_KEYS if k not in f]
+            if missing:
+                raise DatasetError(f"{source}: missing key(s) {missing}; a D4RL file needs {list(REQUIRED_KEYS)} "
+                                   f"(it has {sorted(f.keys())}).")
+            arrays = {k: f[k][()] for k in REQUIRED_KEYS + ("next_observations", "timeouts") if k in f}
+            for key in ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations"):
+                if key in arrays and np.asarray(arrays[key]).dtype.kind not in "fiub":
+                    raise DatasetError(f"{source}: '{key}' holds {np.asarray(arrays[key]).dtype} values, not numbers.")
+    except DatasetError:
+        raise
+    except Exception as exc:  # h5py raises OSError, KeyError, ValueError... for damaged files
+        raise DatasetError(f"{source}: cannot read the HDF5 file ({type(exc).__name__}: {exc}); it is corrupt or "
+                           "truncated: re-download or re-export it.") from exc
+
+    rewards = np.asarray(arrays["rewards"]).reshape(-1) if np.ndim(arrays["rewards"]) == 2 else arrays["rewards"]
+    terminals = np.asarray(arrays["terminals"]).reshape(-1) if np.ndim(arrays["terminals"]) == 2 else arrays["terminals"]
+    n = len(rewards)
+    timeouts = np.asarray(arrays.get("timeouts", np.zeros(n, bool)))
+    observations, actions = np.asarray(arrays["observations"]), np.asarray(arrays["actions"])
+    lengths = {"observations": len(observations), "actions": len(actions), "rewards": n,
+               "terminals": len(terminals), "timeouts": len(timeouts)}
+    if "next_observations" in arrays:
+        lengths["next_observations"] = len(arrays["next_observations"])
+    if len(set(lengths.values())) != 1:
+        raise DatasetError(f"{source}: arrays have different lengths ({', '.join(f'{k}={v}' for k, v in lengths.items())}); "
+                           "every key needs one row per transition. The file is damaged or was written incorrectly.")
+    if "next_observations" in arrays:
+        next_observations = np.asarray(arrays["next_observations"])
+        keep = slice(None)
+    else:
+        # Without stored successors, a row is usable only if the next row continues its episode.
+        next_observations = np.concatenate([observations[1:], observations[-1:]])
+        terminal = terminals.astype(bool)
+        keep = ~timeouts.astype(bool) | terminal
+        keep[-1] = terminal[-1]
+        keep = np.flatnonzero(keep)
+    return OfflineDataset(observations=observations[keep], actions=actions[keep], rewards=rewards[keep],
+                          next_observations=next_observations[keep], terminals=terminals[keep],
+                          timeouts=timeouts[keep], source=source,
+                          metadata={} if "next_observations" in arrays else {"inferred_next_observations": True})
+
+
+def write_d4rl_hdf5(dataset: OfflineDataset, path: str | os.PathLike, overwrite: bool = False) -> Path:
+    """Write ``dataset`` as a D4RL-format HDF5 file (with next_observations and timeouts), atomically.
+
+    Reference scores and provenance go into ``metadata/`` attributes, which other loaders ignore.
+    """
+    import json
+
+    import h5py
+
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise DatasetError(f"{path} already exists; delete it or pass overwrite=true.")
+    with atomic_path(path) as tmp:
+        with h5py.File(tmp, "w") as f:
+            for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
+                f.create_dataset(key, data=getattr(dataset, key), compression="gzip", compression_opts=4)
+            meta = f.create_group("metadata")
+            for key in ("env_id", "env_name", "ref_min_score", "ref_max_score"):
+                value = getattr(dataset, key)
+                if value is not None:
+                    meta.attrs[key] = value
+            meta.attrs["provenance"] = json.dumps(dataset.metadata, sort_keys=True, default=str)
+    return path
+
+
+def read_d4rl_metadata(path: str | os.PathLike) -> dict:
+    """The ``metadata/`` attributes of a file written by `write_d4rl_hdf5` (empty for D4RL's own files)."""
+    import json
+
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        if "metadata" not in f:
+            return {}
+        attrs = {k: (v.item() if hasattr(v, "item") else v) for k, v in f["metadata"].attrs.items()}
+    if "provenance" in attrs:
+        attrs["provenance"] = json.loads(attrs["provenance"])
+    return attrs

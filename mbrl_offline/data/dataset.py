@@ -1,0 +1,157 @@
+"""`OfflineDataset`: the one in-memory form of every dataset source.
+
+Transitions are stored flat, D4RL-style, with two end-of-episode flags whose difference matters:
+
+* ``terminals[i]``: the environment terminated at transition i (the robot fell). Value targets do
+  not bootstrap from ``next_observations[i]``.
+* ``timeouts[i]``: the episode was cut at transition i (time limit, or the end of the recorded data)
+  without terminating. Targets still bootstrap; only the episode boundary is recorded.
+
+Every transition keeps its own ``next_observations``, so the last transition of a timed-out episode
+is kept (``d4rl.qlearning_dataset`` drops it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional
+
+import numpy as np
+
+from mbrl_offline.errors import DatasetError
+
+FLOAT_KEYS = ("observations", "actions", "rewards", "next_observations")
+FLAG_KEYS = ("terminals", "timeouts")
+
+
+@dataclass
+class OfflineDataset:
+    observations: np.ndarray  # (N, obs_dim) float32
+    actions: np.ndarray  # (N, act_dim) float32
+    rewards: np.ndarray  # (N,) float32
+    next_observations: np.ndarray  # (N, obs_dim) float32
+    terminals: np.ndarray  # (N,) bool: true termination, no bootstrapping
+    timeouts: np.ndarray  # (N,) bool: episode cut without termination
+    env_name: Optional[str] = None  # short name in the env registry, e.g. "hopper"
+    env_id: Optional[str] = None  # Gymnasium id of the evaluation env, e.g. "Hopper-v5"
+    ref_min_score: Optional[float] = None  # return of normalised score 0 (random policy)
+    ref_max_score: Optional[float] = None  # return of normalised score 100 (expert policy)
+    source: str = "<arrays>"  # where the data came from; named in every error message
+    metadata: dict[str, Any] = field(default_factory=dict)  # provenance (policy return, steps, seed, ...)
+
+    def __post_init__(self):
+        self.observations = _as_float32(self.observations)
+        self.actions = _as_float32(self.actions)
+        self.rewards = _as_float32(self.rewards)
+        self.next_observations = _as_float32(self.next_observations)
+        self.terminals = np.asarray(self.terminals).astype(bool, copy=False)
+        self.timeouts = np.asarray(self.timeouts).astype(bool, copy=False)
+        self.validate()
+        if not (self.terminals[-1] or self.timeouts[-1]):  # the end of the data cuts the last episode
+            self.timeouts = self.timeouts.copy()
+            self.timeouts[-1] = True
+
+    # ----------------------------------------------------------------------------------- checks
+    def validate(self, obs_dim: Optional[int] = None, act_dim: Optional[int] = None) -> None:
+        """Raise `DatasetError` naming the source and the problem, if the arrays are malformed."""
+        where = self.source
+        n = len(self.rewards)
+        if n == 0:
+            raise DatasetError(f"{where}: the dataset is empty (0 transitions).")
+        for key in FLOAT_KEYS + FLAG_KEYS:
+            if len(getattr(self, key)) != n:
+                lengths = ", ".join(f"{k}={len(getattr(self, k))}" for k in FLOAT_KEYS + FLAG_KEYS)
+                raise DatasetError(f"{where}: arrays have different lengths ({lengths}); every key "
+                                   "needs one row per transition.")
+        for key, ndim in (("observations", 2), ("actions", 2), ("rewards", 1), ("next_observations", 2),
+                          ("terminals", 1), ("timeouts", 1)):
+            if getattr(self, key).ndim != ndim:
+                raise DatasetError(f"{where}: '{key}' has shape {getattr(self, key).shape}; expected "
+                                   f"{ndim} dimension(s).")
+        if self.next_observations.shape[1] != self.observations.shape[1]:
+            raise DatasetError(f"{where}: next_observations have {self.next_observations.shape[1]} columns "
+                               f"but observations have {self.observations.shape[1]}.")
+        for key in FLOAT_KEYS:
+            values = getattr(self, key)
+            finite = np.isfinite(values) if values.ndim == 1 else np.isfinite(values).all(axis=1)
+            if not finite.all():
+                row = int(np.argmin(finite))
+                raise DatasetError(f"{where}: '{key}' has {int((~finite).sum())} row(s) with NaN or Inf "
+                                   f"values (first at row {row}); clean or regenerate the dataset.")
+        for key, expected in (("observations", obs_dim), ("actions", act_dim)):
+            actual = getattr(self, key).shape[1]
+            if expected is not None and actual != expected:
+                raise DatasetError(f"{where}: '{key}' have dimension {actual} but env '{self.env_name}' "
+                                   f"expects {expected}; the dataset was made for another environment.")
+
+    # ------------------------------------------------------------------------------- structure
+    def __len__(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def obs_dim(self) -> int:
+        return self.observations.shape[1]
+
+    @property
+    def act_dim(self) -> int:
+        return self.actions.shape[1]
+
+    @property
+    def episode_ends(self) -> np.ndarray:
+        """Bool mask of the last transition of each episode."""
+        return self.terminals | self.timeouts
+
+    def episode_slices(self) -> Iterator[slice]:
+        start = 0
+        for end in np.flatnonzero(self.episode_ends):
+            yield slice(start, end + 1)
+            start = end + 1
+
+    @property
+    def num_episodes(self) -> int:
+        return int(self.episode_ends.sum())
+
+    def episode_returns(self) -> np.ndarray:
+        """Undiscounted return of every episode (float64)."""
+        ends = np.flatnonzero(self.episode_ends)
+        sums = np.cumsum(self.rewards, dtype=np.float64)[ends]
+        return np.diff(sums, prepend=0.0)
+
+    # ---------------------------------------------------------------------------------- scores
+    def normalized_score(self, returns):
+        """D4RL's normalised score, 100 * (return - ref_min) / (ref_max - ref_min)."""
+        if self.ref_min_score is None or self.ref_max_score is None:
+            raise DatasetError(f"{self.source}: no reference scores, so returns cannot be normalised; set "
+                               "ref_min_score and ref_max_score (the env registry has them for known envs).")
+        return 100.0 * (np.asarray(returns, dtype=np.float64) - self.ref_min_score) / (
+            self.ref_max_score - self.ref_min_score)
+
+    def summary(self) -> dict[str, Any]:
+        returns = self.episode_returns()
+        info: dict[str, Any] = {
+            "source": self.source, "env": self.env_id, "transitions": len(self), "episodes": len(returns),
+            "obs_dim": self.obs_dim, "act_dim": self.act_dim, "terminals": int(self.terminals.sum()),
+            "return_mean": float(returns.mean()), "return_std": float(returns.std()),
+        }
+        if self.ref_min_score is not None and self.ref_max_score is not None:
+            info["normalized_score_mean"] = float(self.normalized_score(returns).mean())
+        return info
+
+    def __repr__(self) -> str:
+        return (f"OfflineDataset(source={self.source!r}, env={self.env_id!r}, transitions={len(self)}, "
+                f"episodes={self.num_episodes}, obs_dim={self.obs_dim}, act_dim={self.act_dim})")
+
+    # ------------------------------------------------------------------------------- combining
+    @classmethod
+    def concatenate(cls, parts: list["OfflineDataset"], source: str, metadata: Optional[dict] = None):
+        """Datasets of one env joined end to end (each part's last row already ends an episode)."""
+        first = parts[0]
+        return cls(
+            **{k: np.concatenate([getattr(p, k) for p in parts]) for k in FLOAT_KEYS + FLAG_KEYS},
+            env_name=first.env_name, env_id=first.env_id,
+            ref_min_score=first.ref_min_score, ref_max_score=first.ref_max_score, source=source,
+            metadata=metadata or {},
+        )
+
+
+def _as_float32(values) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(values, dtype=np.float32))

@@ -1,0 +1,111 @@
+"""`load_dataset(spec)`: one entry point for every dataset source.
+
+A spec string picks the source:
+
+==========================================  ====================================================
+``hopper-medium``, ``bundled:hopper-medium``  a dataset shipped inside the package (`bundled_datasets()`)
+``path/to/file.hdf5``, ``d4rl:path``           a D4RL-format HDF5 file (read with h5py)
+``mujoco/hopper/medium-v0``, ``minari:<id>``   a Minari dataset id under ``$MINARI_DATASETS_PATH``
+``path/to/dataset_folder``                    a Minari dataset folder (the one holding ``data/``)
+==========================================  ====================================================
+
+The environment comes from the dataset's own metadata, else from a D4RL file's name
+(``hopper_medium-v2.hdf5``), else from the ``env`` argument; it fixes the reference scores and the
+expected observation and action sizes, which every loaded dataset is checked against.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from mbrl_offline.data.dataset import OfflineDataset
+from mbrl_offline.data.envs import ENVS, EnvInfo, get_env_info
+from mbrl_offline.errors import ConfigError, DatasetError
+
+BUNDLED_DIR = Path(__file__).parent / "bundled"
+HDF5_SUFFIXES = (".hdf5", ".h5")
+
+
+def bundled_datasets() -> list[str]:
+    """Names of the datasets shipped with the package."""
+    if not BUNDLED_DIR.is_dir():
+        return []
+    return sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / "data" / "metadata.json").is_file())
+
+
+def load_dataset(spec: str, env: Optional[str] = None, minari_root: Optional[str | os.PathLike] = None) -> OfflineDataset:
+    """Load a dataset by spec (see the module docstring) as a validated `OfflineDataset`."""
+    from mbrl_offline.data.d4rl_hdf5 import read_d4rl_hdf5, read_d4rl_metadata
+    from mbrl_offline.data.minari_io import minari_dataset_dir, read_minari
+
+    spec = str(spec)
+    kind, _, rest = spec.partition(":")
+    if kind in ("bundled", "d4rl", "minari") and rest:
+        explicit, target = kind, rest
+    else:
+        explicit, target = None, spec
+
+    if explicit == "bundled" or (explicit is None and target in bundled_datasets()):
+        if target not in bundled_datasets():
+            raise DatasetError(f"no bundled dataset '{target}'; bundled: {', '.join(bundled_datasets()) or 'none'}.")
+        dataset = read_minari(BUNDLED_DIR / target, source=f"bundled:{target}")
+    elif explicit == "d4rl" or (explicit is None and target.lower().endswith(HDF5_SUFFIXES)):
+        dataset = read_d4rl_hdf5(target, source=spec)
+        meta = read_d4rl_metadata(target)
+        dataset.env_name = dataset.env_name or meta.get("env_name")
+        dataset.metadata.update(meta.get("provenance", {}))
+        env = env or meta.get("env_name") or _env_from_filename(target)
+        if env is None:
+            raise DatasetError(f"{spec}: cannot tell which environment this D4RL file is for; pass env=<name> "
+                               f"(one of {', '.join(ENVS)}).")
+    elif explicit is None and Path(target).is_dir():
+        dataset = read_minari(target, source=spec)
+    else:
+        directory = minari_dataset_dir(target, minari_root)
+        if not (directory / "data" / "metadata.json").is_file():
+            raise DatasetError(_missing_message(spec, target, directory))
+        dataset = read_minari(directory, source=spec)
+    return _attach_env(dataset, env)
+
+
+def _attach_env(dataset: OfflineDataset, env: Optional[str]) -> OfflineDataset:
+    """Fill in the env and its reference scores, then check the sizes against the env's spaces."""
+    info: Optional[EnvInfo] = None
+    name = env or dataset.env_name or dataset.env_id
+    if name is not None:
+        try:
+            info = get_env_info(name)
+        except ConfigError:
+            if env is not None:  # the caller named an env we do not know
+                raise
+    if info is not None:
+        if dataset.env_id is not None and dataset.env_id != info.gym_id and env is None:
+            info = None  # an env family we know, but another version: keep the file's own settings
+    if info is not None:
+        dataset.env_name, dataset.env_id = info.name, info.gym_id
+        if dataset.ref_min_score is None or dataset.ref_max_score is None:
+            dataset.ref_min_score, dataset.ref_max_score = info.ref_min_score, info.ref_max_score
+        dataset.validate(obs_dim=info.obs_dim, act_dim=info.act_dim)
+    return dataset
+
+
+def _env_from_filename(path: str) -> Optional[str]:
+    stem = Path(path).name.lower()
+    for name in sorted(ENVS, key=len, reverse=True):
+        if re.match(rf"{re.escape(name.replace('-', '_'))}[_\-]", stem.replace("-", "_", 1)):
+            return name
+    return None
+
+
+def _missing_message(spec: str, dataset_id: str, directory: Path) -> str:
+    hint = ""
+    parts = dataset_id.split("/")
+    if len(parts) == 3 and parts[1] in ENVS:
+        hint = (f" To make it here: `python examples/collect.py env={parts[1]} collect.namespace={parts[0]}` "
+                f"(writes {parts[0]}/{parts[1]}/<level>-v0).")
+    bundled = ", ".join(bundled_datasets())
+    return (f"dataset '{spec}' not found: no bundled dataset, file or folder of that name, and no Minari "
+            f"dataset at {directory}.{hint} Where there is internet, `minari download {dataset_id}` fetches "
+            f"Minari's own; set MINARI_DATASETS_PATH if it lives elsewhere. Bundled: {bundled or 'none'}.")

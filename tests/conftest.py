@@ -1,0 +1,50 @@
+import warnings
+
+import numpy as np
+import pytest
+
+from mbrl_offline.data.dataset import OfflineDataset
+from mbrl_offline.data.envs import get_env_info
+
+warnings.filterwarnings("ignore", message=".*eval_env.*")
+
+
+def rollout_dataset(env_name: str = "hopper", steps: int = 300, max_episode_steps: int = 25, seed: int = 0) -> OfflineDataset:
+    """Random-action transitions from the real env; short time limits give both terminals and timeouts."""
+    info = get_env_info(env_name)
+    env = info.make(max_episode_steps=max_episode_steps)
+    env.action_space.seed(seed)
+    rows = {k: [] for k in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")}
+    episode = 0
+    obs, _ = env.reset(seed=seed)
+    for _ in range(steps):
+        action = env.action_space.sample()
+        next_obs, reward, terminated, truncated, _ = env.step(action)
+        for key, value in zip(rows, (obs, action, reward, next_obs, terminated, truncated)):
+            rows[key].append(value)
+        obs = next_obs
+        if terminated or truncated:
+            episode += 1
+            obs, _ = env.reset(seed=seed + episode)
+    return OfflineDataset(**{k: np.array(v) for k, v in rows.items()}, env_name=info.name, env_id=info.gym_id,
+                          ref_min_score=info.ref_min_score, ref_max_score=info.ref_max_score,
+                          source=f"{env_name}-random-rollout", metadata={"seed": seed})
+
+
+@pytest.fixture
+def hopper_data() -> OfflineDataset:
+    data = rollout_dataset("hopper")
+    assert data.terminals.any() and data.timeouts.any()
+    return data
+
+
+@pytest.fixture
+def minari_root(tmp_path, monkeypatch):
+    root = tmp_path / "minari"
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(root))
+    return root
+
+
+def assert_same_transitions(a: OfflineDataset, b: OfflineDataset) -> None:
+    for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
+        np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
