@@ -79,6 +79,8 @@ def _coerce(hint, value, name: str):
 
 
 def _type_name(hint) -> str:
+    if typing.get_origin(hint) is typing.Union:
+        return " or ".join("null" if arg is type(None) else _type_name(arg) for arg in typing.get_args(hint))
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 

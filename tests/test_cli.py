@@ -70,4 +70,4 @@ def test_collect_cli_makes_loadable_datasets_and_rejects_unknown_settings(tmp_pa
         "error: unknown setting 'collect.dataset_sise'. Did you mean 'collect.dataset_size'? Valid: env, levels,")
     wrong_type = run("collect.py", "env=pendulum", "collect.dataset_size=lots", f"collect.run_dir={tmp_path / 'run3'}", env=env)
     assert wrong_type.returncode == 2
-    assert wrong_type.stderr.strip() == "error: collect.dataset_size = 'lots' has the wrong type; expected Optional[int]."
+    assert wrong_type.stderr.strip() == "error: collect.dataset_size = 'lots' has the wrong type; expected int or null."

@@ -63,6 +63,8 @@ def test_interrupted_collection_resumes_to_the_same_datasets(tmp_path, minari_ro
     for level in ("medium", "medium-replay", "expert"):
         whole, split = load_dataset(f"whole/pendulum/{level}-v0"), load_dataset(f"split/pendulum/{level}-v0")
         assert_same_transitions(whole, split)
+    evaluations = (tmp_path / "whole" / "evaluations.jsonl").read_text()
+    assert evaluations and evaluations == (tmp_path / "split" / "evaluations.jsonl").read_text()
 
 
 def test_existing_datasets_are_not_overwritten(tmp_path, minari_root):

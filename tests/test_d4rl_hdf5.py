@@ -27,6 +27,13 @@ def test_round_trip_is_identical(tmp_path, hopper_data):
     assert loaded.metadata == {"seed": 0}
 
 
+def test_exported_reference_scores_are_kept(tmp_path, hopper_data):
+    hopper_data.ref_min_score, hopper_data.ref_max_score = 0.0, 1000.0
+    loaded = load_dataset(str(write_d4rl_hdf5(hopper_data, tmp_path / "anything.hdf5")))
+    assert (loaded.env_name, loaded.ref_min_score, loaded.ref_max_score) == ("hopper", 0.0, 1000.0)
+    assert loaded.normalized_score(500.0) == 50.0
+
+
 def test_d4rl_file_with_next_observations_keeps_timed_out_last_transitions(tmp_path, hopper_data):
     path = write_raw(tmp_path / "hopper_medium-v2.hdf5", **raw_arrays(hopper_data))
     loaded = load_dataset(str(path))  # env read from the file name, as for D4RL's own files

@@ -380,4 +380,7 @@ class _Collector:
         self.rng.bit_generator.state = state["numpy_rng"]
         torch.set_rng_state(state["torch_rng"])
         self.sample_generator.set_state(state["sample_generator"])
+        # Evaluations after the checkpoint will run again: the log restarts from the checkpoint's.
+        with open(self.run_dir / "evaluations.jsonl", "w") as log:
+            log.writelines(json.dumps(evaluation) + "\n" for evaluation in self.evaluations)
         print(f"resumed {self.state_path} at step {self.step} (written: {', '.join(self.written) or 'none'})", flush=True)

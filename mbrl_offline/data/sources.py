@@ -54,7 +54,8 @@ def load_dataset(spec: str, env: Optional[str] = None, minari_root: Optional[str
     elif explicit == "d4rl" or (explicit is None and target.lower().endswith(HDF5_SUFFIXES)):
         dataset = read_d4rl_hdf5(target, source=spec)
         meta = read_d4rl_metadata(target)
-        dataset.env_name = dataset.env_name or meta.get("env_name")
+        dataset.env_name = meta.get("env_name")
+        dataset.ref_min_score, dataset.ref_max_score = meta.get("ref_min_score"), meta.get("ref_max_score")
         dataset.metadata.update(meta.get("provenance", {}))
         env = env or meta.get("env_name") or _env_from_filename(target)
         if env is None:
