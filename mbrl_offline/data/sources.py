@@ -29,15 +29,12 @@ HDF5_SUFFIXES = (".hdf5", ".h5")
 
 
 def bundled_datasets() -> list[str]:
-    """Names of the datasets shipped with the package."""
-    if not BUNDLED_DIR.is_dir():
-        return []
-    return sorted(p.name for p in BUNDLED_DIR.iterdir() if (p / "data" / "metadata.json").is_file())
+    """Names of the datasets shipped with the package (D4RL-format HDF5 files in ``data/bundled/``)."""
+    return sorted(p.stem for p in BUNDLED_DIR.glob("*.hdf5"))
 
 
 def load_dataset(spec: str, env: Optional[str] = None, minari_root: Optional[str | os.PathLike] = None) -> OfflineDataset:
     """Load a dataset by spec (see the module docstring) as a validated `OfflineDataset`."""
-    from mbrl_offline.data.d4rl_hdf5 import read_d4rl_hdf5, read_d4rl_metadata
     from mbrl_offline.data.minari_io import minari_dataset_dir, read_minari
 
     spec = str(spec)
@@ -50,17 +47,9 @@ def load_dataset(spec: str, env: Optional[str] = None, minari_root: Optional[str
     if explicit == "bundled" or (explicit is None and target in bundled_datasets()):
         if target not in bundled_datasets():
             raise DatasetError(f"no bundled dataset '{target}'; bundled: {', '.join(bundled_datasets()) or 'none'}.")
-        dataset = read_minari(BUNDLED_DIR / target, source=f"bundled:{target}")
+        dataset, env = _read_hdf5(BUNDLED_DIR / f"{target}.hdf5", f"bundled:{target}", env)
     elif explicit == "d4rl" or (explicit is None and target.lower().endswith(HDF5_SUFFIXES)):
-        dataset = read_d4rl_hdf5(target, source=spec)
-        meta = read_d4rl_metadata(target)
-        dataset.env_name = meta.get("env_name")
-        dataset.ref_min_score, dataset.ref_max_score = meta.get("ref_min_score"), meta.get("ref_max_score")
-        dataset.metadata.update(meta.get("provenance", {}))
-        env = env or meta.get("env_name") or _env_from_filename(target)
-        if env is None:
-            raise DatasetError(f"{spec}: cannot tell which environment this D4RL file is for; pass env=<name> "
-                               f"(one of {', '.join(ENVS)}).")
+        dataset, env = _read_hdf5(Path(target).expanduser(), spec, env)
     elif explicit is None and Path(target).is_dir():
         dataset = read_minari(target, source=spec)
     else:
@@ -69,6 +58,22 @@ def load_dataset(spec: str, env: Optional[str] = None, minari_root: Optional[str
             raise DatasetError(_missing_message(spec, target, directory))
         dataset = read_minari(directory, source=spec)
     return _attach_env(dataset, env)
+
+
+def _read_hdf5(path: Path, source: str, env: Optional[str]) -> tuple[OfflineDataset, str]:
+    """A D4RL-format file, with the env, scores and provenance our exports keep in ``metadata/``."""
+    from mbrl_offline.data.d4rl_hdf5 import read_d4rl_hdf5, read_d4rl_metadata
+
+    dataset = read_d4rl_hdf5(path, source=source)
+    meta = read_d4rl_metadata(path)
+    dataset.env_name = meta.get("env_name")
+    dataset.ref_min_score, dataset.ref_max_score = meta.get("ref_min_score"), meta.get("ref_max_score")
+    dataset.metadata.update(meta.get("provenance", {}))
+    env = env or meta.get("env_name") or _env_from_filename(str(path))
+    if env is None:
+        raise DatasetError(f"{source}: cannot tell which environment this D4RL file is for; pass env=<name> "
+                           f"(one of {', '.join(ENVS)}).")
+    return dataset, env
 
 
 def _attach_env(dataset: OfflineDataset, env: Optional[str]) -> OfflineDataset:
