@@ -89,6 +89,15 @@ def test_unreached_medium_level_fails_with_advice(tmp_path, minari_root):
     with pytest.raises(ConfigError, match="did not reach the medium score 99.0 within 400 steps"):
         collect(config)
     assert (tmp_path / "a" / "collect_state.pt").exists()
+    # As the message advises: a lower threshold resumes the same run and reaches medium.
+    config.medium_score = -100.0
+    written = collect(config)
+    assert list(written) == ["medium"]
+    assert load_dataset("mbrl/pendulum/medium-v0").metadata["medium_score_threshold"] == -100.0
+    # Once medium is chosen, its threshold is part of what the data means and cannot change.
+    config.medium_score = -50.0
+    with pytest.raises(ConfigError, match=r"different settings \(medium_score\)"):
+        collect(config)
 
 
 def test_bad_levels_are_rejected():

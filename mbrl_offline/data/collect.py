@@ -367,8 +367,12 @@ class _Collector:
     def _load(self) -> None:
         state = torch.load(self.state_path, map_location=self.cfg.device, weights_only=False)
         saved, current = dict(state["config"]), asdict(self.cfg)
+        # Settings a resumed run may change: run-time ones, budgets, and the medium threshold until
+        # the medium policy has been chosen (afterwards it would no longer describe the data).
         ignore = {"progress", "torch_threads", "overwrite", "export_hdf5", "checkpoint_every", "expert_steps",
                   "max_medium_steps", "levels"}
+        if "medium" not in state["snapshots"]:
+            ignore.add("medium_score")
         changed = sorted(k for k in current if k not in ignore and saved.get(k) != current[k])
         if changed:
             raise ConfigError(f"{self.state_path} was made with different settings ({', '.join(changed)}); "
