@@ -2,11 +2,15 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.data.envs import get_env_info
 
 warnings.filterwarnings("ignore", message=".*eval_env.*")
+# The tests use small tensors, which gain nothing from threads, and OpenMP threads that spin while
+# other processes hold the cores slow them down many times over.
+torch.set_num_threads(1)
 
 
 def rollout_dataset(env_name: str = "hopper", steps: int = 300, max_episode_steps: int = 25, seed: int = 0) -> OfflineDataset:

@@ -1,0 +1,241 @@
+"""Gaussian dynamics ensemble: N probabilistic MLPs predicting the next-state change and the reward.
+
+Each member models p(s' - s, r | s, a) = N(mu(x), diag(exp(logvar(x)))) with x = normalise([s, a]).
+All members are evaluated together: every layer is one batched matmul over the ensemble (no Python
+loop over members), for training, validation and prediction alike.
+
+Defaults follow the official RAVL code (itself MBPO/ReadyPolicyOne-style, see
+../shared/research/ravl_neubay.md): 7 members, 5 elites, 4 hidden layers of 200 SiLU units,
+truncated-normal init with std 1/(2 sqrt(fan_in)), learnable log-variance bounds with PETS' soft
+clamp, loss ``sum_members mean(logvar + (y - mu)^2 exp(-logvar)) + 0.01 (sum max_logvar - sum min_logvar)``,
+per-layer L2 weight decay, Adam at 1e-3, batch 256, 20% holdout, bootstrap resampling, early
+stopping on the holdout MSE (a member improves when its error drops by more than 1%; stop after 5
+epochs without any improvement), elites = the members with the lowest holdout MSE.
+
+Deliberate differences from that code, each documented where it happens:
+
+* Inputs are standardised with the mean and std of the training inputs (the official filter is fed
+  ``observations[0]`` once plus all next observations, a quirk with no purpose); clipping at ±10 is kept.
+* Every member gets a fresh bootstrap resample each epoch (OfflineRL-Kit's way; RAVL resamples once
+  and re-permutes the member-to-resample assignment each epoch). ``bootstrap=False`` gives every member
+  its own shuffle of the same data instead.
+* ``min_epochs`` (RAVL: 350, with one learning-rate drop if patience runs out earlier) defaults to 0
+  here, which is OfflineRL-Kit's plain early stopping; set 350 for RAVL's schedule.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear
+from mbrl_offline.utils import atomic_torch_save, progress_bar
+
+
+@dataclass
+class DynamicsConfig:
+    ensemble_size: int = 7  # members trained together
+    num_elites: int = 5  # members used for prediction: the lowest holdout MSE
+    hidden_size: int = 200
+    hidden_layers: int = 4
+    layer_norm: bool = False  # LayerNorm after each hidden layer (used by some later agents)
+    learning_rate: float = 1e-3
+    # L2 weight decay of each layer's weights (hidden layers, then the output head), as in RAVL.
+    weight_decay: tuple = (2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4)
+    logvar_bound_coef: float = 0.01  # weight of the penalty that keeps the learned log-variance bounds tight
+    batch_size: int = 256
+    holdout_ratio: float = 0.2  # fraction of the data held out for early stopping and elite selection
+    max_holdout: Optional[int] = None  # cap on holdout rows (OfflineRL-Kit uses 1000); None: no cap
+    bootstrap: bool = True  # each member trains on its own resample drawn with replacement
+    max_epochs: int = 2000
+    min_epochs: int = 0  # RAVL: 350 (early stopping before then lowers the learning rate once instead)
+    patience: int = 5  # epochs without any member improving before stopping
+    improvement_threshold: float = 0.01  # relative holdout-MSE drop that counts as an improvement
+    input_clip: float = 10.0  # normalised inputs are clipped to ±input_clip
+    seed: int = 0
+
+
+class GaussianEnsembleDynamics(nn.Module):
+    """A probabilistic ensemble of dynamics models; see the module docstring for the maths.
+
+    ``fit(dataset)`` trains it; ``predict(obs, act)`` returns per-member means and log-variances of
+    ``[next_obs - obs, reward]``; ``save(path)``/``load(path)`` keep weights, normaliser, elites and
+    config together.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, config: DynamicsConfig = DynamicsConfig()):
+        super().__init__()
+        if not 0 < config.num_elites <= config.ensemble_size:
+            raise ValueError(f"num_elites must be in 1..ensemble_size, got {config.num_elites}")
+        if len(config.weight_decay) != config.hidden_layers + 1:
+            raise ValueError(f"weight_decay needs {config.hidden_layers + 1} values (hidden layers + head), "
+                             f"got {len(config.weight_decay)}")
+        self.obs_dim, self.act_dim, self.config = obs_dim, act_dim, config
+        n, width, in_dim, out_dim = config.ensemble_size, config.hidden_size, obs_dim + act_dim, obs_dim + 1
+        self.hidden = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        for i in range(config.hidden_layers):
+            self.hidden.append(EnsembleLinear(in_dim if i == 0 else width, width, n))
+            self.norms.append(EnsembleLayerNorm(width, n) if config.layer_norm else nn.Identity())
+        self.head = EnsembleLinear(width, 2 * out_dim, n)
+        # Learnable bounds of each member's log-variance (per member, as RAVL's separate member modules).
+        self.max_logvar = nn.Parameter(torch.full((n, 1, out_dim), 0.5))
+        self.min_logvar = nn.Parameter(torch.full((n, 1, out_dim), -10.0))
+        self.register_buffer("input_mean", torch.zeros(in_dim))
+        self.register_buffer("input_std", torch.ones(in_dim))
+        self.register_buffer("elites", torch.arange(config.num_elites))
+        for layer in [*self.hidden, self.head]:
+            nn.init.trunc_normal_(layer.weight, std=1.0 / (2.0 * math.sqrt(layer.in_features)))
+            nn.init.zeros_(layer.bias)
+        self.train_log: list[dict] = []
+
+    # ------------------------------------------------------------------------------ prediction
+    def normalise(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
+        x = (torch.cat([obs, act], dim=-1) - self.input_mean) / self.input_std
+        return x.clamp(-self.config.input_clip, self.config.input_clip)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised inputs ``(B, in)`` or ``(N, B, in)`` -> mean and log-variance ``(N, B, obs_dim + 1)``."""
+        for layer, norm in zip(self.hidden, self.norms):
+            x = nn.functional.silu(norm(layer(x)))
+        mean, logvar = self.head(x).chunk(2, dim=-1)
+        # PETS' soft clamp keeps log-variances inside the learned [min_logvar, max_logvar].
+        logvar = self.max_logvar - nn.functional.softplus(self.max_logvar - logvar)
+        logvar = self.min_logvar + nn.functional.softplus(logvar - self.min_logvar)
+        return mean, logvar
+
+    def predict(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every member's mean and log-variance of ``[next_obs - obs, reward]``: ``(N, B, obs_dim + 1)``."""
+        return self(self.normalise(obs, act))
+
+    # -------------------------------------------------------------------------------- training
+    def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """Gaussian NLL (without constants) summed over members, plus the log-variance bound penalty."""
+        mean, logvar = self(x)
+        nll = ((mean - y).pow(2) * torch.exp(-logvar) + logvar).mean(dim=(1, 2)).sum()
+        return nll + self.config.logvar_bound_coef * (self.max_logvar.sum() - self.min_logvar.sum())
+
+    @torch.no_grad()
+    def holdout_mse(self, x: torch.Tensor, y: torch.Tensor, chunk: int = 65536) -> torch.Tensor:
+        """Mean squared error of each member's mean on ``(x, y)``: ``(N,)``."""
+        total = torch.zeros(self.config.ensemble_size, device=x.device)
+        for start in range(0, len(x), chunk):
+            mean, _ = self(x[start:start + chunk])
+            total += (mean - y[start:start + chunk]).pow(2).mean(dim=2).sum(dim=1)
+        return total / len(x)
+
+    def fit(self, dataset, device: str | torch.device = "cpu", progress: bool = True) -> list[dict]:
+        """Train on an `OfflineDataset` (or anything with its transition arrays); returns the epoch log.
+
+        Rows whose ``next_observations`` are not the true successors (D4RL files without stored
+        next observations: terminal rows) are left out, since the model would learn a false transition.
+        """
+        cfg = self.config
+        device = torch.device(device)
+        self.to(device)
+        generator = torch.Generator(device=device).manual_seed(cfg.seed)
+        obs, act, next_obs, rew = (np.asarray(getattr(dataset, k), np.float32) for k in
+                                   ("observations", "actions", "next_observations", "rewards"))
+        keep = np.ones(len(rew), bool)
+        if getattr(dataset, "metadata", {}).get("inferred_next_observations"):
+            keep = ~np.asarray(dataset.terminals, bool)
+        inputs = torch.as_tensor(np.concatenate([obs, act], axis=1)[keep], device=device)
+        targets = torch.as_tensor(np.concatenate([next_obs - obs, rew[:, None]], axis=1)[keep], device=device)
+
+        order = torch.randperm(len(inputs), generator=generator, device=device)
+        n_holdout = int(round(len(inputs) * cfg.holdout_ratio))
+        if cfg.max_holdout is not None:
+            n_holdout = min(n_holdout, cfg.max_holdout)
+        if n_holdout < 1 or len(inputs) - n_holdout < cfg.batch_size:
+            raise ValueError(f"{len(inputs)} transitions are too few to train on with holdout_ratio "
+                             f"{cfg.holdout_ratio} and batch_size {cfg.batch_size}")
+        train_idx, holdout_idx = order[n_holdout:], order[:n_holdout]
+        self.input_mean.copy_(inputs[train_idx].mean(0))
+        self.input_std.copy_(inputs[train_idx].std(0).clamp_min(1e-6))
+        normalise = lambda x: ((x - self.input_mean) / self.input_std).clamp(-cfg.input_clip, cfg.input_clip)
+        train_x, train_y = normalise(inputs[train_idx]), targets[train_idx]
+        holdout_x, holdout_y = normalise(inputs[holdout_idx]), targets[holdout_idx]
+
+        layers = [*self.hidden, self.head]
+        groups = [{"params": [layer.weight], "weight_decay": wd} for layer, wd in zip(layers, cfg.weight_decay)]
+        others = [p for name, p in self.named_parameters() if not name.endswith("weight") or "norms" in name]
+        groups.append({"params": others, "weight_decay": 0.0})
+        optimizer = torch.optim.Adam(groups, lr=cfg.learning_rate)
+
+        n_train, members = len(train_x), cfg.ensemble_size
+        best_mse = self.holdout_mse(holdout_x, holdout_y)
+        best_state = copy.deepcopy(self.state_dict())
+        epochs_since_improvement, lr_dropped = 0, False
+        self.train_log = []
+        bar = progress_bar(total=cfg.max_epochs, desc="dynamics", disable=not progress)
+        for epoch in range(1, cfg.max_epochs + 1):
+            self.train()
+            if cfg.bootstrap:
+                index = torch.randint(0, n_train, (members, n_train), generator=generator, device=device)
+            else:
+                index = torch.argsort(torch.rand(members, n_train, generator=generator, device=device), dim=1)
+            epoch_loss = 0.0
+            batches = n_train // cfg.batch_size  # a final partial batch is dropped (a fresh resample follows)
+            for b in range(batches):
+                batch = index[:, b * cfg.batch_size:(b + 1) * cfg.batch_size]
+                loss = self.loss(train_x[batch], train_y[batch])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                epoch_loss += loss.item()
+            self.eval()
+            mse = self.holdout_mse(holdout_x, holdout_y)
+            improved = (best_mse - mse) / best_mse > cfg.improvement_threshold
+            if improved.any():
+                self._copy_members(best_state, improved)
+                best_mse = torch.where(improved, mse, best_mse)
+                epochs_since_improvement = 0
+            else:
+                epochs_since_improvement += 1
+            self.train_log.append({"epoch": epoch, "train_loss": epoch_loss / batches,
+                                   "holdout_mse": mse.tolist(), "best_holdout_mse": best_mse.tolist()})
+            bar.update(1)
+            bar.set_postfix(loss=f"{epoch_loss / batches:.3f}", holdout=f"{best_mse.mean().item():.4f}")
+            if epochs_since_improvement >= cfg.patience:
+                if epoch >= cfg.min_epochs:
+                    break
+                if not lr_dropped:  # RAVL: patience ran out before min_epochs: lower the rate once
+                    for group in optimizer.param_groups:
+                        group["lr"] *= 0.3
+                    lr_dropped = True
+                epochs_since_improvement = 0
+        bar.close()
+        self.load_state_dict(best_state)
+        self.elites.copy_(torch.argsort(best_mse)[:cfg.num_elites].sort().values)
+        return self.train_log
+
+    @torch.no_grad()
+    def _copy_members(self, state: dict, members: torch.Tensor) -> None:
+        """Copy the current parameters of the given members (bool mask over the ensemble) into ``state``.
+
+        Every parameter has the ensemble as its first dimension; buffers (normaliser, elites) are shared."""
+        for name, value in self.named_parameters():
+            state[name][members] = value[members]
+
+    # ------------------------------------------------------------------------------ save/load
+    def save(self, path: str | Path) -> Path:
+        """Weights, normaliser, elites, config and training log in one file, written atomically."""
+        atomic_torch_save({"obs_dim": self.obs_dim, "act_dim": self.act_dim, "config": asdict(self.config),
+                           "state_dict": self.state_dict(), "train_log": self.train_log}, path)
+        return Path(path)
+
+    @classmethod
+    def load(cls, path: str | Path, map_location: str | torch.device = "cpu") -> "GaussianEnsembleDynamics":
+        saved = torch.load(path, map_location=map_location, weights_only=False)
+        config = saved["config"]
+        config["weight_decay"] = tuple(config["weight_decay"])
+        model = cls(saved["obs_dim"], saved["act_dim"], DynamicsConfig(**config))
+        model.load_state_dict(saved["state_dict"])
+        model.train_log = saved["train_log"]
+        return model.to(map_location)

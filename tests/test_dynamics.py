@@ -1,0 +1,115 @@
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+import mbrl_offline as m
+from mbrl_offline.data.dataset import OfflineDataset
+from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
+
+SMALL = DynamicsConfig(ensemble_size=4, num_elites=2, hidden_size=32, hidden_layers=2, weight_decay=(0, 0, 0),
+                       batch_size=64, max_epochs=60, patience=5)
+NOISE = 0.1
+
+
+def linear_gaussian_data(n=3000, seed=0) -> OfflineDataset:
+    """s' = s + 0.1 (A s + B a) + N(0, NOISE^2), r = s_0 - a_0^2: a known model to recover."""
+    rng = np.random.default_rng(seed)
+    obs = rng.normal(size=(n, 3))
+    act = rng.uniform(-1, 1, (n, 1))
+    a_mat, b_mat = rng.normal(size=(3, 3)), rng.normal(size=(1, 3))
+    next_obs = obs + 0.1 * (obs @ a_mat + act @ b_mat) + NOISE * rng.normal(size=(n, 3))
+    rewards = obs[:, 0] - act[:, 0] ** 2
+    return OfflineDataset(obs, act, rewards, next_obs, np.zeros(n, bool), np.zeros(n, bool), source="synthetic")
+
+
+def test_members_are_independent_networks_computed_in_one_batch():
+    torch.manual_seed(0)
+    model = GaussianEnsembleDynamics(3, 1, SMALL)
+    x = torch.randn(5, 4)
+    mean, logvar = model(x)
+    assert mean.shape == logvar.shape == (4, 5, 4)
+    for i in range(4):  # member i alone, with its own slice of every parameter
+        h = x
+        for layer in model.hidden:
+            h = torch.nn.functional.silu(h @ layer.weight[i] + layer.bias[i])
+        out = h @ model.head.weight[i] + model.head.bias[i]
+        torch.testing.assert_close(mean[i], out[:, :4])
+    assert (logvar <= model.max_logvar).all() and (logvar >= model.min_logvar).all()
+
+
+def test_fit_recovers_mean_and_noise_of_known_dynamics():
+    data = linear_gaussian_data()
+    torch.manual_seed(0)
+    model = GaussianEnsembleDynamics(3, 1, SMALL)
+    log = model.fit(data, progress=False)
+    assert 5 < len(log) <= SMALL.max_epochs
+    obs, act = torch.as_tensor(data.observations[:500]), torch.as_tensor(data.actions[:500])
+    with torch.no_grad():
+        mean, logvar = model.predict(obs, act)
+    target_delta = torch.as_tensor(data.next_observations[:500] - data.observations[:500])
+    elite_mean = mean[model.elites].mean(0)
+    # The mean error is the irreducible noise plus a little model error...
+    assert (elite_mean[:, :3] - target_delta).pow(2).mean() < 1.5 * NOISE ** 2
+    reward_rmse = (elite_mean[:, 3] - torch.as_tensor(data.rewards[:500])).pow(2).mean().sqrt()
+    assert reward_rmse < 0.05  # rewards are noise-free
+    # ...and the learned variance of the state change is the noise variance.
+    predicted_var = logvar[model.elites][..., :3].exp().mean()
+    assert 0.5 * NOISE ** 2 < predicted_var < 2 * NOISE ** 2
+
+
+def test_best_weights_are_restored_and_elites_have_the_lowest_holdout_error():
+    model = GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, max_epochs=15, patience=100))
+    log = model.fit(linear_gaussian_data(n=1500), progress=False)
+    best = np.array(log[-1]["best_holdout_mse"])
+    assert set(model.elites.tolist()) == set(np.argsort(best)[:2].tolist())
+    assert all(np.all(np.array(e["holdout_mse"]) >= best * (1 - 1e-6)) for e in log)
+
+
+def test_early_stopping_stops_before_the_cap():
+    model = GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, max_epochs=1000, patience=3))
+    log = model.fit(linear_gaussian_data(n=1500), progress=False)
+    assert len(log) < 1000
+
+
+def test_save_and_load_give_the_same_predictions(tmp_path):
+    model = GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, max_epochs=3))
+    model.fit(linear_gaussian_data(n=1000), progress=False)
+    path = model.save(tmp_path / "model.pt")
+    loaded = GaussianEnsembleDynamics.load(path)
+    x_obs, x_act = torch.randn(7, 3), torch.randn(7, 1)
+    for a, b in zip(model.predict(x_obs, x_act), loaded.predict(x_obs, x_act)):
+        torch.testing.assert_close(a, b)
+    assert loaded.config == model.config and torch.equal(loaded.elites, model.elites)
+    assert loaded.train_log == model.train_log
+    assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
+
+
+def test_rows_with_inferred_successors_are_left_out():
+    data = linear_gaussian_data(n=1000)
+    data.terminals[::2] = True
+    data.next_observations[::2] = 1e3  # garbage successors, as a D4RL file without next_observations has
+    data.metadata["inferred_next_observations"] = True
+    model = GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, max_epochs=20))
+    model.fit(data, progress=False)
+    assert np.mean(model.train_log[-1]["best_holdout_mse"]) < 1.0
+
+
+def test_bad_configs_are_rejected():
+    with pytest.raises(ValueError, match="num_elites"):
+        GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, num_elites=5))
+    with pytest.raises(ValueError, match="weight_decay needs 3 values"):
+        GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, weight_decay=(0, 0)))
+    with pytest.raises(ValueError, match="too few"):
+        GaussianEnsembleDynamics(3, 1, SMALL).fit(linear_gaussian_data(n=50), progress=False)
+
+
+def test_fit_on_bundled_pendulum_data_predicts_far_better_than_the_mean():
+    data = m.load_dataset("pendulum-medium")
+    model = GaussianEnsembleDynamics(data.obs_dim, data.act_dim, dataclasses.replace(
+        SMALL, hidden_size=64, max_epochs=25))
+    log = model.fit(data, progress=False)
+    targets = np.concatenate([data.next_observations - data.observations, data.rewards[:, None]], axis=1)
+    baseline = targets.var(axis=0).mean()  # error of always predicting the mean
+    assert min(log[-1]["best_holdout_mse"]) < 0.02 * baseline
