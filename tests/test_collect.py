@@ -31,6 +31,7 @@ def test_collect_writes_every_level_and_both_formats_load_identically(tmp_path, 
         assert len(levels[level]) == 400
     medium_meta = levels["medium"].metadata
     assert medium_meta["policy_train_steps"] == 200 and medium_meta["seed"] == 0
+    assert medium_meta["policy_eval_episodes"] == 20  # the confirming evaluation describes the policy
     assert medium_meta["policy_eval_normalized_score"] >= -100.0
     # medium-replay is the replay buffer when medium was reached: whole episodes, SAC's first steps.
     assert len(levels["medium-replay"]) == 200 and levels["medium-replay"].timeouts[-1]
@@ -65,6 +66,27 @@ def test_interrupted_collection_resumes_to_the_same_datasets(tmp_path, minari_ro
         assert_same_transitions(whole, split)
     evaluations = (tmp_path / "whole" / "evaluations.jsonl").read_text()
     assert evaluations and evaluations == (tmp_path / "split" / "evaluations.jsonl").read_text()
+
+
+def test_a_lucky_short_evaluation_does_not_choose_the_medium_policy(tmp_path, minari_root, monkeypatch):
+    from mbrl_offline.data import collect as collect_module
+
+    evaluate = collect_module._Collector._evaluate
+
+    def lucky(self, actor, episodes, seed_offset):
+        result = evaluate(self, actor, episodes, seed_offset)
+        if episodes == TINY["eval_episodes"]:
+            result["normalized"] = 100.0  # every short evaluation looks excellent
+        return result
+
+    monkeypatch.setattr(collect_module._Collector, "_evaluate", lucky)
+    config = CollectConfig(**dict(TINY, levels=("medium",), medium_score=50.0, max_medium_steps=600),
+                           run_dir=str(tmp_path / "run"))
+    with pytest.raises(ConfigError, match="did not reach the medium score"):
+        collect(config)
+    evaluations = [json.loads(line) for line in (tmp_path / "run" / "evaluations.jsonl").read_text().splitlines()]
+    assert evaluations and all(e["confirmation"]["episodes"] == 20 for e in evaluations)
+    assert all(e["confirmation"]["normalized"] < 50.0 for e in evaluations)
 
 
 def test_existing_datasets_are_not_overwritten(tmp_path, minari_root):

@@ -55,6 +55,8 @@ class CollectConfig:
     max_medium_steps: Optional[int] = None  # stop with an error if medium is not reached by then; None: expert_steps
     eval_every: Optional[int] = None  # SAC steps between behaviour-policy evaluations; None: env default
     eval_episodes: int = 5  # episodes per evaluation (stochastic policy, as the data is collected)
+    confirm_episodes: int = 20  # an evaluation that reaches medium_score is repeated with this many episodes,
+                                # which must agree, so a lucky few episodes do not choose the medium policy
     start_steps: Optional[int] = None  # random-action steps before SAC acts and learns; None: env default
     checkpoint_every: int = 20_000  # SAC steps between resumable checkpoints
     run_dir: str = "runs/collect"  # checkpoint, logs and HDF5 exports
@@ -223,19 +225,27 @@ class _Collector:
 
     def _finish_training(self) -> None:
         if self.needs_expert and "expert" not in self.snapshots:
-            evaluation = self._evaluate(self.agent.actor)
+            evaluation = self._evaluate(self.agent.actor, max(self.cfg.eval_episodes, self.cfg.confirm_episodes),
+                                        seed_offset=0)
             self.snapshots["expert"] = {"actor": copy.deepcopy(self.agent.actor.state_dict()),
                                         "step": self.step, **evaluation}
         self._save()
 
     def _evaluate_and_snapshot(self) -> None:
-        evaluation = self._evaluate(self.agent.actor)
+        evaluation = self._evaluate(self.agent.actor, self.cfg.eval_episodes, seed_offset=0)
+        candidate = (self.needs_medium and "medium" not in self.snapshots
+                     and evaluation["normalized"] >= self.cfg.medium_score)
+        if candidate and self.cfg.confirm_episodes > 0:
+            evaluation["confirmation"] = self._evaluate(self.agent.actor, self.cfg.confirm_episodes, seed_offset=500)
+            candidate = evaluation["confirmation"]["normalized"] >= self.cfg.medium_score
         self.evaluations.append({"step": self.step, **evaluation})
         with open(self.run_dir / "evaluations.jsonl", "a") as log:
             log.write(json.dumps(self.evaluations[-1]) + "\n")
-        if self.needs_medium and "medium" not in self.snapshots and evaluation["normalized"] >= self.cfg.medium_score:
+        if candidate:
+            chosen = evaluation.get("confirmation", evaluation)  # the more precise figure describes the policy
             self.snapshots["medium"] = {"actor": copy.deepcopy(self.agent.actor.state_dict()),
-                                        "step": self.step, **evaluation}
+                                        "step": self.step, "return": chosen["return"],
+                                        "normalized": chosen["normalized"], "eval_episodes": chosen["episodes"]}
             self._save()  # the snapshot must survive an interruption during the writes below
             if "medium-replay" in self.cfg.levels and "medium-replay" not in self.written:
                 rows = self.buffer.ordered()
@@ -247,14 +257,14 @@ class _Collector:
             if "medium" in self.cfg.levels and "medium" not in self.written:
                 self._write("medium", self._rollout(self.snapshots["medium"], "medium"))
 
-    def _evaluate(self, actor) -> dict:
-        """Mean return of the stochastic policy over ``eval_episodes`` episodes on their own seeds."""
+    def _evaluate(self, actor, episodes: int, seed_offset: int) -> dict:
+        """Mean return of the stochastic policy over ``episodes`` episodes on their own seeds."""
         env = self.info.make()
         returns = []
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.cfg.seed + 7919 * (len(self.evaluations) + 1))
-            for index in range(self.cfg.eval_episodes):
-                obs, _ = env.reset(seed=10**8 + 1000 * len(self.evaluations) + index)
+            torch.manual_seed(self.cfg.seed + 7919 * (len(self.evaluations) + 1) + seed_offset)
+            for index in range(episodes):
+                obs, _ = env.reset(seed=10**8 + 1000 * len(self.evaluations) + seed_offset + index)
                 done, total = False, 0.0
                 while not done:
                     obs, reward, terminated, truncated, _ = env.step(self._policy_action(actor, obs))
@@ -262,7 +272,7 @@ class _Collector:
                     done = terminated or truncated
                 returns.append(total)
         mean = float(np.mean(returns))
-        return {"return": mean, "normalized": float(self.info.normalized_score(mean))}
+        return {"return": mean, "normalized": float(self.info.normalized_score(mean)), "episodes": episodes}
 
     @torch.no_grad()
     def _policy_action(self, actor, obs: np.ndarray) -> np.ndarray:
@@ -327,7 +337,7 @@ class _Collector:
                                 else "SAC policy, stochastic actions")
             record.update(policy_train_steps=snapshot["step"], policy_eval_return=snapshot["return"],
                           policy_eval_normalized_score=snapshot["normalized"],
-                          policy_eval_episodes=self.cfg.eval_episodes)
+                          policy_eval_episodes=snapshot.get("eval_episodes", self.cfg.eval_episodes))
         return record
 
     def _write(self, level: str, dataset: OfflineDataset) -> None:
@@ -367,12 +377,12 @@ class _Collector:
     def _load(self) -> None:
         state = torch.load(self.state_path, map_location=self.cfg.device, weights_only=False)
         saved, current = dict(state["config"]), asdict(self.cfg)
-        # Settings a resumed run may change: run-time ones, budgets, and the medium threshold until
+        # Settings a resumed run may change: run-time ones, budgets, and the medium selection rule until
         # the medium policy has been chosen (afterwards it would no longer describe the data).
         ignore = {"progress", "torch_threads", "overwrite", "export_hdf5", "checkpoint_every", "expert_steps",
                   "max_medium_steps", "levels"}
         if "medium" not in state["snapshots"]:
-            ignore.add("medium_score")
+            ignore |= {"medium_score", "confirm_episodes"}
         changed = sorted(k for k in current if k not in ignore and saved.get(k) != current[k])
         if changed:
             raise ConfigError(f"{self.state_path} was made with different settings ({', '.join(changed)}); "
