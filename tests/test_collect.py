@@ -32,6 +32,7 @@ def test_collect_writes_every_level_and_both_formats_load_identically(tmp_path, 
     medium_meta = levels["medium"].metadata
     assert medium_meta["policy_train_steps"] == 200 and medium_meta["seed"] == 0
     assert medium_meta["policy_eval_episodes"] == 20  # the confirming evaluation describes the policy
+    assert levels["expert"].metadata["policy_eval_episodes"] == 20
     assert medium_meta["policy_eval_normalized_score"] >= -100.0
     # medium-replay is the replay buffer when medium was reached: whole episodes, SAC's first steps.
     assert len(levels["medium-replay"]) == 200 and levels["medium-replay"].timeouts[-1]

@@ -36,7 +36,7 @@ from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.buffer import TransitionBuffer
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.data.envs import EnvInfo, get_env_info
-from mbrl_offline.data.minari_io import minari_dataset_dir, write_minari
+from mbrl_offline.data.minari_io import minari_dataset_dir, read_minari, write_minari
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.utils import atomic_torch_save, progress_bar
 
@@ -139,17 +139,20 @@ class _Collector:
         if self.needs_training:
             self._train()
         if "expert" in self.snapshots:
-            expert = None
             if "expert" in cfg.levels and "expert" not in self.written:
-                expert = self._rollout(self.snapshots["expert"], "expert")
-                self._write("expert", expert)
+                self._write("expert", self._rollout(self.snapshots["expert"], "expert"))
             if "medium-expert" in cfg.levels and "medium-expert" not in self.written:
-                medium = self._rollout(self.snapshots["medium"], "medium")
-                expert = expert or self._rollout(self.snapshots["expert"], "expert")
-                both = OfflineDataset.concatenate([medium, expert], source="medium-expert",
+                both = OfflineDataset.concatenate([self._level_data("medium"), self._level_data("expert")],
+                                                  source="medium-expert",
                                                   metadata=self._provenance("medium-expert", None))
                 self._write("medium-expert", both)
         return {level: Path(path) for level, path in self.written.items()}
+
+    def _level_data(self, level: str) -> OfflineDataset:
+        """A policy level's data: read back if written (rollouts are deterministic), else rolled out."""
+        if level in self.written:
+            return read_minari(self.written[level])
+        return self._rollout(self.snapshots[level], level)
 
     def _refuse_to_overwrite(self) -> None:
         if self.cfg.overwrite:
@@ -225,11 +228,15 @@ class _Collector:
 
     def _finish_training(self) -> None:
         if self.needs_expert and "expert" not in self.snapshots:
-            evaluation = self._evaluate(self.agent.actor, max(self.cfg.eval_episodes, self.cfg.confirm_episodes),
-                                        seed_offset=0)
-            self.snapshots["expert"] = {"actor": copy.deepcopy(self.agent.actor.state_dict()),
-                                        "step": self.step, **evaluation}
+            self.snapshots["expert"] = self._snapshot(self._evaluate(
+                self.agent.actor, max(self.cfg.eval_episodes, self.cfg.confirm_episodes), seed_offset=0))
         self._save()
+
+    def _snapshot(self, evaluation: dict) -> dict:
+        """The current actor with the evaluation that describes it."""
+        return {"actor": copy.deepcopy(self.agent.actor.state_dict()), "step": self.step,
+                "return": evaluation["return"], "normalized": evaluation["normalized"],
+                "eval_episodes": evaluation["episodes"]}
 
     def _evaluate_and_snapshot(self) -> None:
         evaluation = self._evaluate(self.agent.actor, self.cfg.eval_episodes, seed_offset=0)
@@ -242,10 +249,8 @@ class _Collector:
         with open(self.run_dir / "evaluations.jsonl", "a") as log:
             log.write(json.dumps(self.evaluations[-1]) + "\n")
         if candidate:
-            chosen = evaluation.get("confirmation", evaluation)  # the more precise figure describes the policy
-            self.snapshots["medium"] = {"actor": copy.deepcopy(self.agent.actor.state_dict()),
-                                        "step": self.step, "return": chosen["return"],
-                                        "normalized": chosen["normalized"], "eval_episodes": chosen["episodes"]}
+            # The confirming evaluation, the more precise one, describes the policy.
+            self.snapshots["medium"] = self._snapshot(evaluation.get("confirmation", evaluation))
             self._save()  # the snapshot must survive an interruption during the writes below
             if "medium-replay" in self.cfg.levels and "medium-replay" not in self.written:
                 rows = self.buffer.ordered()
