@@ -73,3 +73,14 @@ def test_provenance_is_stored_in_minari_metadata(minari_root, hopper_data):
     meta = json.loads((path / "data" / "metadata.json").read_text())
     assert json.loads(meta["mbrl_offline"]) == {"policy_eval_return": 123.5, "seed": 3}
     assert meta["ref_max_score"] == 3234.3 and meta["ref_min_score"] == -20.272305
+
+
+def test_dataset_for_an_env_outside_the_registry_keeps_its_own_settings(minari_root, hopper_data):
+    hopper_data.env_name, hopper_data.env_id, hopper_data.ref_max_score = None, "Hopper-v4", 3000.0
+    write_minari(hopper_data, "other/hopper/v4-v0")
+    loaded = load_dataset("other/hopper/v4-v0")
+    assert (loaded.env_name, loaded.env_id, loaded.ref_max_score) == (None, "Hopper-v4", 3000.0)
+    # Naming a registry env explicitly evaluates it there, after checking the sizes fit.
+    assert load_dataset("other/hopper/v4-v0", env="hopper").env_id == "Hopper-v5"
+    with pytest.raises(DatasetError, match="expects 17"):
+        load_dataset("other/hopper/v4-v0", env="walker2d")

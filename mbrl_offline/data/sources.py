@@ -16,12 +16,11 @@ expected observation and action sizes, which every loaded dataset is checked aga
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path
 from typing import Optional
 
 from mbrl_offline.data.dataset import OfflineDataset
-from mbrl_offline.data.envs import ENVS, EnvInfo, get_env_info
+from mbrl_offline.data.envs import ENVS, get_env_info
 from mbrl_offline.errors import ConfigError, DatasetError
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
@@ -78,29 +77,27 @@ def _read_hdf5(path: Path, source: str, env: Optional[str]) -> tuple[OfflineData
 
 def _attach_env(dataset: OfflineDataset, env: Optional[str]) -> OfflineDataset:
     """Fill in the env and its reference scores, then check the sizes against the env's spaces."""
-    info: Optional[EnvInfo] = None
     name = env or dataset.env_name or dataset.env_id
-    if name is not None:
-        try:
-            info = get_env_info(name)
-        except ConfigError:
-            if env is not None:  # the caller named an env we do not know
-                raise
-    if info is not None:
-        if dataset.env_id is not None and dataset.env_id != info.gym_id and env is None:
-            info = None  # an env family we know, but another version: keep the file's own settings
-    if info is not None:
-        dataset.env_name, dataset.env_id = info.name, info.gym_id
-        if dataset.ref_min_score is None or dataset.ref_max_score is None:
-            dataset.ref_min_score, dataset.ref_max_score = info.ref_min_score, info.ref_max_score
-        dataset.validate(obs_dim=info.obs_dim, act_dim=info.act_dim)
+    if name is None:
+        return dataset
+    try:
+        info = get_env_info(name)
+    except ConfigError:
+        if env is not None:  # the caller named an env we do not know
+            raise
+        return dataset  # an env outside the registry (another version, another suite): keep the file's settings
+    dataset.env_name, dataset.env_id = info.name, info.gym_id
+    if dataset.ref_min_score is None or dataset.ref_max_score is None:
+        dataset.ref_min_score, dataset.ref_max_score = info.ref_min_score, info.ref_max_score
+    dataset.validate(obs_dim=info.obs_dim, act_dim=info.act_dim)
     return dataset
 
 
 def _env_from_filename(path: str) -> Optional[str]:
-    stem = Path(path).name.lower()
-    for name in sorted(ENVS, key=len, reverse=True):
-        if re.match(rf"{re.escape(name.replace('-', '_'))}[_\-]", stem.replace("-", "_", 1)):
+    """The env a D4RL-style file name starts with: ``hopper_medium-v2.hdf5`` -> ``hopper``."""
+    stem = Path(path).name.lower().replace("-", "_")
+    for name in sorted(ENVS, key=len, reverse=True):  # inverted-pendulum before pendulum
+        if stem.startswith(name.replace("-", "_") + "_"):
             return name
     return None
 
