@@ -53,32 +53,21 @@ def read_d4rl_hdf5(path: str | os.PathLike, source: Optional[str] = None) -> Off
         raise DatasetError(f"{source}: cannot read the HDF5 file ({type(exc).__name__}: {exc}); it is corrupt or "
                            "truncated: re-download or re-export it.") from exc
 
-    rewards = np.asarray(arrays["rewards"]).reshape(-1) if np.ndim(arrays["rewards"]) == 2 else arrays["rewards"]
-    terminals = np.asarray(arrays["terminals"]).reshape(-1) if np.ndim(arrays["terminals"]) == 2 else arrays["terminals"]
-    n = len(rewards)
-    timeouts = np.asarray(arrays.get("timeouts", np.zeros(n, bool)))
-    observations, actions = np.asarray(arrays["observations"]), np.asarray(arrays["actions"])
-    lengths = {"observations": len(observations), "actions": len(actions), "rewards": n,
-               "terminals": len(terminals), "timeouts": len(timeouts)}
-    if "next_observations" in arrays:
-        lengths["next_observations"] = len(arrays["next_observations"])
-    if len(set(lengths.values())) != 1:
-        raise DatasetError(f"{source}: arrays have different lengths ({', '.join(f'{k}={v}' for k, v in lengths.items())}); "
-                           "every key needs one row per transition. The file is damaged or was written incorrectly.")
-    if "next_observations" in arrays:
-        next_observations = np.asarray(arrays["next_observations"])
-        keep = slice(None)
-    else:
-        # Without stored successors, a row is usable only if the next row continues its episode.
-        next_observations = np.concatenate([observations[1:], observations[-1:]])
-        terminal = terminals.astype(bool)
-        keep = ~timeouts.astype(bool) | terminal
-        keep[-1] = terminal[-1]
-        keep = np.flatnonzero(keep)
-    return OfflineDataset(observations=observations[keep], actions=actions[keep], rewards=rewards[keep],
-                          next_observations=next_observations[keep], terminals=terminals[keep],
-                          timeouts=timeouts[keep], source=source,
-                          metadata={} if "next_observations" in arrays else {"inferred_next_observations": True})
+    column = lambda values: np.asarray(values).reshape(-1) if np.ndim(values) == 2 else np.asarray(values)
+    observations, rewards = np.asarray(arrays["observations"]), column(arrays["rewards"])
+    inferred = "next_observations" not in arrays
+    dataset = OfflineDataset(
+        observations=observations, actions=arrays["actions"], rewards=rewards,
+        next_observations=np.concatenate([observations[1:], observations[-1:]]) if inferred else arrays["next_observations"],
+        terminals=column(arrays["terminals"]), timeouts=arrays.get("timeouts", np.zeros(len(rewards), bool)),
+        source=source, metadata={"inferred_next_observations": True} if inferred else {})
+    if not inferred:
+        return dataset
+    # Without stored successors, a row is usable only if the next row continues its episode (or it
+    # terminates, so no successor is needed).
+    keep = ~dataset.timeouts | dataset.terminals
+    keep[-1] = dataset.terminals[-1]
+    return dataset.subset(np.flatnonzero(keep))
 
 
 def write_d4rl_hdf5(dataset: OfflineDataset, path: str | os.PathLike, overwrite: bool = False) -> Path:

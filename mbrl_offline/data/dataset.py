@@ -141,6 +141,13 @@ class OfflineDataset:
                 f"episodes={self.num_episodes}, obs_dim={self.obs_dim}, act_dim={self.act_dim})")
 
     # ------------------------------------------------------------------------------- combining
+    def subset(self, index) -> "OfflineDataset":
+        """The rows ``index`` (indices or a bool mask), with this dataset's env, scores and metadata."""
+        return OfflineDataset(
+            **{k: getattr(self, k)[index] for k in FLOAT_KEYS + FLAG_KEYS}, env_name=self.env_name,
+            env_id=self.env_id, ref_min_score=self.ref_min_score, ref_max_score=self.ref_max_score,
+            source=self.source, metadata=dict(self.metadata))
+
     @classmethod
     def concatenate(cls, parts: list["OfflineDataset"], source: str, metadata: Optional[dict] = None):
         """Datasets of one env joined end to end (each part's last row already ends an episode)."""
