@@ -113,3 +113,28 @@ def test_fit_on_bundled_pendulum_data_predicts_far_better_than_the_mean():
     targets = np.concatenate([data.next_observations - data.observations, data.rewards[:, None]], axis=1)
     baseline = targets.var(axis=0).mean()  # error of always predicting the mean
     assert min(log[-1]["best_holdout_mse"]) < 0.02 * baseline
+
+
+def test_trained_models_are_cached_by_data_and_config(tmp_path):
+    from mbrl_offline.models.dynamics import load_or_fit_dynamics
+
+    data = linear_gaussian_data(n=800)
+    config = dataclasses.replace(SMALL, max_epochs=3)
+    first, path = load_or_fit_dynamics(data, config, cache_dir=tmp_path, progress=False)
+    again, same_path = load_or_fit_dynamics(data, config, cache_dir=tmp_path, progress=False)
+    assert same_path == path and again.train_log == first.train_log  # loaded, not retrained
+    x = torch.randn(4, 3), torch.randn(4, 1)
+    torch.testing.assert_close(first.predict(*x)[0], again.predict(*x)[0])
+    _, other_config = load_or_fit_dynamics(data, dataclasses.replace(config, seed=1), cache_dir=tmp_path, progress=False)
+    changed = linear_gaussian_data(n=800)
+    changed.rewards[0] += 1.0
+    _, other_data = load_or_fit_dynamics(changed, config, cache_dir=tmp_path, progress=False)
+    assert len({path, other_config, other_data}) == 3
+
+
+def test_fingerprint_depends_on_transitions_only():
+    a, b = linear_gaussian_data(n=100), linear_gaussian_data(n=100)
+    b.metadata["note"] = "provenance does not change the data"
+    assert a.fingerprint() == b.fingerprint()
+    b.terminals[5] = True
+    assert a.fingerprint() != b.fingerprint()

@@ -116,6 +116,17 @@ class OfflineDataset:
         sums = np.cumsum(self.rewards, dtype=np.float64)[ends]
         return np.diff(sums, prepend=0.0)
 
+    def fingerprint(self) -> str:
+        """A hash of the transitions (not of the metadata): equal data gives an equal fingerprint."""
+        import hashlib
+
+        digest = hashlib.sha256()
+        for key in FLOAT_KEYS + FLAG_KEYS:
+            values = np.ascontiguousarray(getattr(self, key))
+            digest.update(f"{key}{values.shape}{values.dtype}".encode())
+            digest.update(values.tobytes())
+        return digest.hexdigest()[:20]
+
     # ---------------------------------------------------------------------------------- scores
     def normalized_score(self, returns):
         """D4RL's normalised score, 100 * (return - ref_min) / (ref_max - ref_min)."""

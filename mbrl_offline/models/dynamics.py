@@ -25,8 +25,11 @@ Deliberate differences from that code, each documented where it happens:
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import math
-from dataclasses import asdict, dataclass, field
+import os
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -239,3 +242,28 @@ class GaussianEnsembleDynamics(nn.Module):
         model.load_state_dict(saved["state_dict"])
         model.train_log = saved["train_log"]
         return model.to(map_location)
+
+
+def default_cache_dir() -> Path:
+    """``$MBRL_OFFLINE_CACHE/dynamics``, else ``~/.cache/mbrl_offline/dynamics``."""
+    root = os.environ.get("MBRL_OFFLINE_CACHE")
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "mbrl_offline") / "dynamics"
+
+
+def load_or_fit_dynamics(dataset, config: DynamicsConfig = DynamicsConfig(), cache_dir: Optional[str | Path] = None,
+                         device: str | torch.device = "cpu", progress: bool = True) -> tuple[GaussianEnsembleDynamics, Path]:
+    """The model trained on ``dataset`` with ``config``: loaded from the cache if it was trained before.
+
+    The cache key is the dataset's fingerprint (its transitions) and the full config, so a run that
+    changes only agent settings reuses the model, and any change to the data or the model retrains it.
+    Returns the model and its file, which `GaussianEnsembleDynamics.load` also reads directly.
+    """
+    key = hashlib.sha256(json.dumps({"data": dataset.fingerprint(), "config": asdict(config)},
+                                    sort_keys=True).encode()).hexdigest()[:16]
+    path = Path(cache_dir or default_cache_dir()) / f"{dataset.env_name or 'env'}-{key}.pt"
+    if path.is_file():
+        return GaussianEnsembleDynamics.load(path, map_location=device), path
+    model = GaussianEnsembleDynamics(dataset.obs_dim, dataset.act_dim, config)
+    model.fit(dataset, device=device, progress=progress)
+    model.save(path)
+    return model, path
