@@ -29,8 +29,8 @@ def test_bundled_dataset_loads_with_env_scores_and_provenance(name):
     assert meta["data_return_mean"] == pytest.approx(returns.mean(), rel=1e-6)
     if level in ("medium", "medium-replay"):
         assert meta["policy_eval_normalized_score"] >= meta["medium_score_threshold"]
-    if env in ("hopper", "halfcheetah", "walker2d"):
-        assert len(data) >= 100_000
+    if env in ("hopper", "halfcheetah", "walker2d") and level == "medium":
+        assert len(data) == 100_000  # rolled-out levels have dataset_size rows; medium-replay what training took
     # obs[t+1] == next_obs[t] inside every episode: the flat arrays were rebuilt correctly.
     continuing = ~data.episode_ends[:-1]
     np.testing.assert_array_equal(data.observations[1:][continuing], data.next_observations[:-1][continuing])
