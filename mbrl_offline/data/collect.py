@@ -342,7 +342,7 @@ class _Collector:
                                 else "SAC policy, stochastic actions")
             record.update(policy_train_steps=snapshot["step"], policy_eval_return=snapshot["return"],
                           policy_eval_normalized_score=snapshot["normalized"],
-                          policy_eval_episodes=snapshot.get("eval_episodes", self.cfg.eval_episodes))
+                          policy_eval_episodes=snapshot["eval_episodes"])
         return record
 
     def _write(self, level: str, dataset: OfflineDataset) -> None:

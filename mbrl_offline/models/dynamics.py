@@ -100,8 +100,11 @@ class GaussianEnsembleDynamics(nn.Module):
 
     # ------------------------------------------------------------------------------ prediction
     def normalise(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
-        x = (torch.cat([obs, act], dim=-1) - self.input_mean) / self.input_std
-        return x.clamp(-self.config.input_clip, self.config.input_clip)
+        return self._normalise_inputs(torch.cat([obs, act], dim=-1))
+
+    def _normalise_inputs(self, x: torch.Tensor) -> torch.Tensor:
+        """Standardise raw ``[s, a]`` rows with the training statistics, clipped to ±input_clip."""
+        return ((x - self.input_mean) / self.input_std).clamp(-self.config.input_clip, self.config.input_clip)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised inputs ``(B, in)`` or ``(N, B, in)`` -> mean and log-variance ``(N, B, obs_dim + 1)``."""
@@ -161,9 +164,8 @@ class GaussianEnsembleDynamics(nn.Module):
         train_idx, holdout_idx = order[n_holdout:], order[:n_holdout]
         self.input_mean.copy_(inputs[train_idx].mean(0))
         self.input_std.copy_(inputs[train_idx].std(0).clamp_min(1e-6))
-        normalise = lambda x: ((x - self.input_mean) / self.input_std).clamp(-cfg.input_clip, cfg.input_clip)
-        train_x, train_y = normalise(inputs[train_idx]), targets[train_idx]
-        holdout_x, holdout_y = normalise(inputs[holdout_idx]), targets[holdout_idx]
+        train_x, train_y = self._normalise_inputs(inputs[train_idx]), targets[train_idx]
+        holdout_x, holdout_y = self._normalise_inputs(inputs[holdout_idx]), targets[holdout_idx]
 
         layers = [*self.hidden, self.head]
         groups = [{"params": [layer.weight], "weight_decay": wd} for layer, wd in zip(layers, cfg.weight_decay)]
@@ -183,7 +185,7 @@ class GaussianEnsembleDynamics(nn.Module):
                 index = torch.randint(0, n_train, (members, n_train), generator=generator, device=device)
             else:
                 index = torch.argsort(torch.rand(members, n_train, generator=generator, device=device), dim=1)
-            epoch_loss = 0.0
+            epoch_loss = torch.zeros((), device=device)  # summed on the device: no sync per batch
             batches = n_train // cfg.batch_size  # a final partial batch is dropped (a fresh resample follows)
             for b in range(batches):
                 batch = index[:, b * cfg.batch_size:(b + 1) * cfg.batch_size]
@@ -191,8 +193,9 @@ class GaussianEnsembleDynamics(nn.Module):
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 optimizer.step()
-                epoch_loss += loss.item()
+                epoch_loss += loss.detach()
             self.eval()
+            epoch_loss = epoch_loss.item()
             mse = self.holdout_mse(holdout_x, holdout_y)
             improved = (best_mse - mse) / best_mse > cfg.improvement_threshold
             if improved.any():
