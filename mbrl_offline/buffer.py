@@ -90,3 +90,17 @@ class TransitionBuffer:
             self.data[key][:len(rows)] = rows.to(self.device)
         self.size, self.total_added = state["size"], state["total_added"]
         self.cursor = state["cursor"] if wrapped else self.size % self.capacity
+
+
+def sample_mixed(real: TransitionBuffer, synthetic: Optional[TransitionBuffer], batch_size: int, real_ratio: float,
+                 generator: Optional[torch.Generator] = None) -> dict[str, torch.Tensor]:
+    """A batch of ``int(real_ratio * batch_size)`` real rows followed by synthetic ones (RAVL/MBPO's
+    mixing, as RAVL's code rounds); all real when there is no synthetic data yet."""
+    if synthetic is None or len(synthetic) == 0 or real_ratio >= 1.0:
+        return real.sample(batch_size, generator)
+    n_real = int(real_ratio * batch_size)
+    fake = synthetic.sample(batch_size - n_real, generator)
+    if n_real == 0:
+        return fake
+    true = real.sample(n_real, generator)
+    return {key: torch.cat([true[key], fake[key]]) for key in fake}

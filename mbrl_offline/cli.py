@@ -11,6 +11,7 @@ import difflib
 import functools
 import sys
 import typing
+from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
@@ -99,3 +100,67 @@ def cli_main(fn: F) -> F:
             sys.exit(2)
 
     return wrapper  # type: ignore[return-value]
+
+
+def _plain(value):
+    """Dataclass defaults as OmegaConf-friendly values (tuples become lists)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def register_config_defaults() -> None:
+    """Put every config dataclass's defaults in Hydra's config store, so the YAML files extend them
+    (``trainer: defaults``, ``algo/ravl.yaml`` -> ``ravl_defaults``) instead of repeating them."""
+    from hydra.core.config_store import ConfigStore
+
+    from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.trainer import TrainerConfig
+
+    store = ConfigStore.instance()
+    store.store(group="trainer", name="defaults", node=_plain(dataclasses.asdict(TrainerConfig())))
+    for name, (_, config_cls) in ALGORITHMS.items():
+        store.store(group="algo", name=f"{name}_defaults", node=_plain(dataclasses.asdict(config_cls())))
+
+
+def compose(config_dir: str, config_name: str, overrides: list[str]):
+    """Hydra's composition of ``config_name`` with command-line ``overrides``; every mistake in an
+    override (unknown group option or key, unparsable value) becomes one `ConfigError` line."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    register_config_defaults()
+    with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
+        try:
+            cfg = hydra_compose(config_name=config_name, overrides=overrides)
+            # Resolved here, so that sub-trees handed to `config_to_dataclass` carry no interpolations.
+            return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+        except MissingConfigException as exc:
+            group, _, option = (exc.missing_cfg_file or "").rpartition("/")
+            options = [o for o in (exc.options or []) if not o.endswith("_defaults")]
+            close = difflib.get_close_matches(option, options, n=1)
+            hint = f" Did you mean '{close[0]}'?" if close else ""
+            raise ConfigError(f"unknown {group or 'config'} '{option}'.{hint} Known: {', '.join(options)}.") from None
+        except OverrideParseException as exc:
+            raise ConfigError(f"cannot parse the override: {str(exc).splitlines()[0]} "
+                              f"(write key=value, lists as key=[a,b]).") from None
+        except ConfigCompositionException as exc:
+            message = str(exc).splitlines()[0]
+            if message.startswith("Could not override '"):
+                key = message.split("'")[1]
+                base = hydra_compose(config_name=config_name, overrides=[o for o in overrides if o.split("=")[0] != key])
+                parent, _, leaf = key.rpartition(".")
+                node = OmegaConf.select(base, parent) if parent else base
+                valid = list(node.keys()) if OmegaConf.is_dict(node) else []
+                close = difflib.get_close_matches(leaf, valid, n=1)
+                hint = f" Did you mean '{parent + '.' if parent else ''}{close[0]}'?" if close else ""
+                raise ConfigError(f"unknown setting '{key}'.{hint}"
+                                  + (f" Valid: {', '.join(valid)}." if valid else "")) from None
+            raise ConfigError(message) from None
+        except OmegaConfBaseException as exc:
+            raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None

@@ -11,3 +11,11 @@ class DatasetError(MbrlOfflineError, ValueError):
 
 class ConfigError(MbrlOfflineError, ValueError):
     """An unknown name or a bad value in a configuration."""
+
+
+class TrainingDiverged(MbrlOfflineError, RuntimeError):
+    """Losses or values became non-finite or exploded; the last good checkpoint is kept."""
+
+
+class CheckpointError(MbrlOfflineError, ValueError):
+    """A checkpoint is missing, unreadable, or does not belong to the run being resumed."""

@@ -1,0 +1,42 @@
+"""Agents, one file each with a dataclass config: ``ALGORITHMS`` maps the names used by the configs
+(``algo=ravl``) to (agent class, config class)."""
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import torch
+
+from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
+from mbrl_offline.algorithms.sac import SAC, SACConfig
+from mbrl_offline.errors import ConfigError
+
+ALGORITHMS = {"ravl": (RAVL, RAVLConfig)}
+
+
+def get_algorithm(name: str):
+    """``(agent class, config class)`` for an algorithm name."""
+    if name not in ALGORITHMS:
+        close = difflib.get_close_matches(name, list(ALGORITHMS), n=1)
+        hint = f" Did you mean '{close[0]}'?" if close else ""
+        raise ConfigError(f"unknown algo '{name}'.{hint} Known algos: {', '.join(ALGORITHMS)}.")
+    return ALGORITHMS[name]
+
+
+def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
+    """The agent saved in a training checkpoint, without its generator: ready for ``act``."""
+    from mbrl_offline.cli import config_to_dataclass
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.trainer import read_checkpoint
+
+    state = read_checkpoint(checkpoint)
+    agent_cls, config_cls = get_algorithm(state["algorithm"])
+    env = get_env_info(state["env"])
+    config = config_to_dataclass(config_cls, state["agent"]["config"], "algo")
+    low, high = env.action_bounds()
+    agent = agent_cls(env.obs_dim, env.act_dim, low, high, config, device)
+    agent.load_state_dict(state["agent"])
+    return agent, state
+
+
+__all__ = ["ALGORITHMS", "RAVL", "RAVLConfig", "SAC", "SACConfig", "get_algorithm", "load_policy"]

@@ -1,18 +1,28 @@
-"""SAC-N: soft actor-critic with an ensemble of N critics (Haarnoja et al. 2018; An et al. 2021).
+"""SAC-N and EDAC: soft actor-critic with an ensemble of N critics (Haarnoja et al. 2018; An et al. 2021).
 
 N = 2 is the usual clipped double-Q SAC, which the dataset collector trains as the behaviour policy;
-larger N with the min over all critics is SAC-N, the core of the model-based agents.
+larger N with the min over all critics is SAC-N, and ``eta > 0`` adds EDAC's gradient-diversity
+term: the core of RAVL, MOPO, MOBILE and COPlanner here.
 
 Per update, in the order of CORL's EDAC and the official RAVL code:
 
 1. alpha:  L(log a) = -log a * E[log pi(a|s) + H_target],           H_target = -|A|
 2. actor:  L(pi)   = E[a log pi(a|s) - min_i Q_i(s, a)],            a ~ pi(.|s)
-3. critics: L(Q)   = sum_i E[(Q_i(s, a) - y)^2],
-            y = r + gamma (1 - terminal) (min_i Qbar_i(s', a') - a log pi(a'|s')),  a' ~ pi(.|s')
+3. critics: L(Q)   = sum_i E[(Q_i(s, a) - y)^2] + eta E[1/(N-1) sum_{i != j} <g_i, g_j>],
+            y = r + gamma (1 - terminal) (min_i Qbar_i(s', a') - a log pi(a'|s')),  a' ~ pi(.|s'),
+            g_i = grad_a Q_i(s, a) / (|grad_a Q_i(s, a)| + 1e-10)   (EDAC, on the update's own batch)
 4. Polyak averaging of the target critics with rate tau.
 
-Deviation, on purpose: the alpha loss reuses the log-probabilities of the actor step's sample instead
-of drawing a second one (CORL draws two); the expectation is the same and one actor pass is saved.
+Deviations, on purpose, none of which changes the losses or their gradients:
+
+* the alpha loss reuses the log-probabilities of the actor step's sample instead of drawing a second
+  one (CORL draws two); the expectation is the same and one actor pass is saved;
+* the diversity term's gradients g_i come from the TD loss's own forward pass through an explicit
+  backward of the ReLU critic (`EnsembleMLP.forward_with_input_gradient`), where CORL/RAVL run a
+  second forward and autograd's double backward: the same values with about half the matmuls;
+* sum_{i != j} <g_i, g_j> is computed as |sum_i g_i|^2 - sum_i |g_i|^2 (an N x N product in CORL);
+* RAVL's extra critic pass that only logs the Q spread at random actions is not run; ``q_std``
+  reports the spread at the batch's actions instead.
 """
 from __future__ import annotations
 
@@ -23,14 +33,21 @@ from typing import Optional
 import numpy as np
 import torch
 
+from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor
+
+
+def _adam(params, lr: float, fused: bool) -> torch.optim.Adam:
+    return torch.optim.Adam(list(params), lr=lr, fused=fused or None)
 
 
 @dataclass
 class SACConfig:
     num_critics: int = 2  # N: size of the critic ensemble; targets and the actor use the min over all N
+    eta: float = 0.0  # weight of EDAC's gradient-diversity term (0: plain SAC-N)
     hidden_size: int = 256  # width of actor and critic hidden layers
     hidden_layers: int = 2  # hidden layers in actor and critics
+    init: str = "torch"  # "torch": nn.Linear's init; "edac": EDAC/CORL's (biases 0.1, small output layers)
     actor_lr: float = 3e-4  # Adam learning rates
     critic_lr: float = 3e-4
     alpha_lr: float = 3e-4
@@ -40,26 +57,38 @@ class SACConfig:
     auto_alpha: bool = True  # tune alpha towards the target entropy; False keeps init_alpha fixed
     target_entropy: Optional[float] = None  # None means -|A|
     batch_size: int = 256  # transitions per update
+    fused_adam: bool = False  # torch's fused Adam kernel: faster, rounds differently from the default
 
 
 class SAC:
-    """A SAC-N agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()``."""
+    """A SAC-N agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()``.
+
+    On its own it is a model-free agent (no generator: every batch is real data); model-based agents
+    such as `mbrl_offline.algorithms.ravl.RAVL` add a generator and a real-data ratio.
+    """
+
+    name = "sac"
+    generator = None  # synthetic-experience producer used by the trainer (None: real data only)
+    real_ratio = 1.0  # fraction of real transitions per batch
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
                  config: SACConfig = SACConfig(), device: str | torch.device = "cpu"):
+        if config.eta < 0 or (config.eta > 0 and config.num_critics < 2):
+            raise ConfigError(f"eta = {config.eta} needs eta >= 0, and at least 2 critics when eta > 0 "
+                              f"(num_critics = {config.num_critics}).")
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.actor = TanhGaussianActor(obs_dim, act_dim, action_low, action_high, config.hidden_size,
-                                       config.hidden_layers).to(self.device)
+                                       config.hidden_layers, init=config.init).to(self.device)
         self.critic = CriticEnsemble(obs_dim, act_dim, config.num_critics, config.hidden_size,
-                                     config.hidden_layers).to(self.device)
+                                     config.hidden_layers, init=config.init).to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(float(np.log(config.init_alpha)), device=self.device,
                                       requires_grad=config.auto_alpha)
         self.target_entropy = -float(act_dim) if config.target_entropy is None else config.target_entropy
-        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr)
-        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
-        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr) if config.auto_alpha else None
+        self.actor_optim = _adam(self.actor.parameters(), config.actor_lr, config.fused_adam)
+        self.critic_optim = _adam(self.critic.parameters(), config.critic_lr, config.fused_adam)
+        self.alpha_optim = _adam([self.log_alpha], config.alpha_lr, config.fused_adam) if config.auto_alpha else None
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -72,7 +101,14 @@ class SAC:
         action, _ = self.actor(obs_t, deterministic=deterministic, with_log_prob=False)
         return action.cpu().numpy()
 
-    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, float]:
+    @torch.no_grad()
+    def rollout_policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Actions for model rollouts: sampled from the current policy (as RAVL's and MBPO's code)."""
+        return self.actor(obs, with_log_prob=False)[0]
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One gradient step on each of alpha, actor and critics; returns detached scalar tensors
+        (no device sync here: callers average them when they need numbers)."""
         obs, actions = batch["observations"], batch["actions"]
         cfg = self.config
 
@@ -98,8 +134,15 @@ class SAC:
             next_q = self.target_critic(batch["next_observations"], next_actions).min(dim=0).values
             not_done = 1.0 - batch["terminals"].float()
             target = batch["rewards"] + cfg.gamma * not_done * (next_q - alpha * next_log_prob)
-        q = self.critic(obs, actions)
-        critic_loss = (q - target).pow(2).mean(dim=1).sum()
+        if cfg.eta > 0:
+            q, action_grad = self.critic.q_and_action_gradient(obs, actions)
+            unit = action_grad / (action_grad.norm(dim=-1, keepdim=True) + 1e-10)
+            total = unit.sum(dim=0)
+            diversity = ((total * total).sum(-1) - (unit * unit).sum(dim=(0, 2))).mean() / (cfg.num_critics - 1)
+        else:
+            q, diversity = self.critic(obs, actions), torch.zeros((), device=self.device)
+        td_loss = (q - target).pow(2).mean(dim=1).sum()
+        critic_loss = td_loss + cfg.eta * diversity
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
@@ -107,12 +150,15 @@ class SAC:
         with torch.no_grad():
             torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), cfg.tau)
 
+        q = q.detach()
         return {
-            "critic_loss": critic_loss.item(),
-            "actor_loss": actor_loss.item(),
-            "alpha": alpha.item(),
-            "q_mean": q.mean().item(),
-            "entropy": -log_prob.mean().item(),
+            "critic_loss": td_loss.detach(),
+            "diversity_loss": diversity.detach(),
+            "actor_loss": actor_loss.detach(),
+            "alpha": alpha,
+            "q_mean": q.mean(),
+            "q_std": q.std(dim=0).mean() if cfg.num_critics > 1 else torch.zeros((), device=self.device),
+            "entropy": -log_prob.detach().mean(),
         }
 
     def state_dict(self) -> dict:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
+import numpy as np
+
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.termination import TERMINATION_FUNCTIONS, TerminationFn
 
@@ -38,6 +40,14 @@ class EnvInfo:
     def normalized_score(self, returns):
         """100 * (return - random) / (expert - random), D4RL's scale."""
         return 100.0 * (returns - self.ref_min_score) / (self.ref_max_score - self.ref_min_score)
+
+    def action_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The action space's ``(low, high)``, read from the env."""
+        env = self.make()
+        try:
+            return env.action_space.low.astype(np.float32), env.action_space.high.astype(np.float32)
+        finally:
+            env.close()
 
     def make(self, **kwargs):
         import gymnasium as gym

@@ -106,19 +106,72 @@ class GaussianEnsembleDynamics(nn.Module):
         """Standardise raw ``[s, a]`` rows with the training statistics, clipped to ±input_clip."""
         return ((x - self.input_mean) / self.input_std).clamp(-self.config.input_clip, self.config.input_clip)
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalised inputs ``(B, in)`` or ``(N, B, in)`` -> mean and log-variance ``(N, B, obs_dim + 1)``."""
+    def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised inputs ``(B, in)`` or ``(M, B, in)`` -> mean and log-variance ``(M, B, obs_dim + 1)``
+        for every member (M = N) or for the given ``members`` (indices, M = len(members))."""
         for layer, norm in zip(self.hidden, self.norms):
-            x = nn.functional.silu(norm(layer(x)))
-        mean, logvar = self.head(x).chunk(2, dim=-1)
+            x = layer(x, members)
+            x = nn.functional.silu(x if isinstance(norm, nn.Identity) else norm(x, members))
+        mean, logvar = self.head(x, members).chunk(2, dim=-1)
+        max_logvar, min_logvar = ((self.max_logvar, self.min_logvar) if members is None
+                                  else (self.max_logvar[members], self.min_logvar[members]))
         # PETS' soft clamp keeps log-variances inside the learned [min_logvar, max_logvar].
-        logvar = self.max_logvar - nn.functional.softplus(self.max_logvar - logvar)
-        logvar = self.min_logvar + nn.functional.softplus(logvar - self.min_logvar)
+        logvar = max_logvar - nn.functional.softplus(max_logvar - logvar)
+        logvar = min_logvar + nn.functional.softplus(logvar - min_logvar)
         return mean, logvar
 
     def predict(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Every member's mean and log-variance of ``[next_obs - obs, reward]``: ``(N, B, obs_dim + 1)``."""
         return self(self.normalise(obs, act))
+
+    @torch.no_grad()
+    def step(self, obs: torch.Tensor, act: torch.Tensor, generator: Optional[torch.Generator] = None,
+             deterministic: bool = False, uncertainty: bool = False) -> dict[str, torch.Tensor]:
+        """One model step for a batch: each row uses an elite drawn uniformly at random (MBPO/RAVL),
+        and the next state and reward are sampled from it (its mean if ``deterministic``).
+
+        Returns ``next_observations`` ``(B, obs_dim)`` and ``rewards`` ``(B,)``; with ``uncertainty``
+        also, per row, ``aleatoric`` (MOPO: the largest norm of an elite's predicted std) and
+        ``epistemic`` (the norm of the elites' std of predicted next-state means, the disagreement).
+
+        Without ``uncertainty`` only each row's own member is evaluated: rows are grouped by member
+        and the groups run as one batched pass, 1/num_elites of evaluating every elite on every row.
+        """
+        rows, elites = len(obs), self.elites
+        x = self.normalise(obs, act)
+        choice = torch.randint(0, len(elites), (rows,), device=obs.device, generator=generator)
+        if uncertainty:
+            mean, logvar = self(x, elites)  # (E, B, out)
+            pick = torch.arange(rows, device=obs.device)
+            chosen_mean, chosen_logvar = mean[choice, pick], logvar[choice, pick]
+        else:
+            chosen_mean, chosen_logvar = self._grouped_forward(x, choice)
+        out = chosen_mean
+        if not deterministic:
+            noise = torch.randn(chosen_mean.shape, device=obs.device, generator=generator)
+            out = chosen_mean + noise * (0.5 * chosen_logvar).exp()
+        result = {"next_observations": obs + out[:, :-1], "rewards": out[:, -1]}
+        if uncertainty:
+            result["aleatoric"] = (0.5 * logvar).exp().norm(dim=-1).amax(dim=0)
+            result["epistemic"] = mean[..., :-1].std(dim=0, correction=0).norm(dim=-1) if len(elites) > 1 else torch.zeros_like(out[:, -1])
+        return result
+
+    def _grouped_forward(self, x: torch.Tensor, choice: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row ``x[b]`` through elite ``elites[choice[b]]`` only: rows sorted by member, padded to
+        the largest group, one batched pass, then put back in order."""
+        members = len(self.elites)
+        order = torch.argsort(choice, stable=True)
+        counts = torch.bincount(choice, minlength=members)
+        starts = torch.cumsum(counts, 0) - counts
+        member = choice[order]
+        slot = torch.arange(len(x), device=x.device) - starts[member]
+        grouped = x.new_zeros(members, int(counts.max()), x.shape[-1])
+        grouped[member, slot] = x[order]
+        mean, logvar = self(grouped, self.elites)
+        rows_mean, rows_logvar = mean.new_empty(len(x), mean.shape[-1]), mean.new_empty(len(x), mean.shape[-1])
+        rows_mean[order] = mean[member, slot]
+        rows_logvar[order] = logvar[member, slot]
+        return rows_mean, rows_logvar
 
     # -------------------------------------------------------------------------------- training
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -171,7 +224,7 @@ class GaussianEnsembleDynamics(nn.Module):
         groups = [{"params": [layer.weight], "weight_decay": wd} for layer, wd in zip(layers, cfg.weight_decay)]
         others = [p for name, p in self.named_parameters() if not name.endswith("weight") or "norms" in name]
         groups.append({"params": others, "weight_decay": 0.0})
-        optimizer = torch.optim.Adam(groups, lr=cfg.learning_rate)
+        optimizer = torch.optim.Adam(groups, lr=cfg.learning_rate, fused=True)  # one kernel for all groups
 
         n_train, members = len(train_x), cfg.ensemble_size
         best_mse = self.holdout_mse(holdout_x, holdout_y)

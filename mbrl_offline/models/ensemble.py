@@ -6,7 +6,7 @@ ensemble of N members costs one `baddbmm` per layer instead of N Python-level ca
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 from torch import nn
@@ -31,10 +31,12 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``members`` (indices) evaluates only those members; ``x`` then has ``len(members)`` rows first."""
+        weight, bias = (self.weight, self.bias) if members is None else (self.weight[members], self.bias[members])
         if x.dim() == 2:
-            return torch.matmul(x, self.weight) + self.bias
-        return torch.baddbmm(self.bias, x, self.weight)
+            return torch.matmul(x, weight) + bias
+        return torch.baddbmm(bias, x, weight)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, members={self.ensemble_size}"
@@ -49,9 +51,10 @@ class EnsembleLayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(ensemble_size, 1, features))
         self.bias = nn.Parameter(torch.zeros(ensemble_size, 1, features))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
+        weight, bias = (self.weight, self.bias) if members is None else (self.weight[members], self.bias[members])
         x = nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
-        return x * self.weight + self.bias
+        return x * weight + bias
 
 
 class EnsembleMLP(nn.Module):
@@ -82,9 +85,40 @@ class EnsembleMLP(nn.Module):
         layers.append(EnsembleLinear(width, out_features, ensemble_size))
         self.net = nn.Sequential(*layers)
 
+        self.relu_only = activation is nn.ReLU and not layer_norm
+
     @property
-    def output_layer(self) -> EnsembleLinear:
-        return self.net[-1]
+    def linears(self) -> list[EnsembleLinear]:
+        return [m for m in self.net if isinstance(m, EnsembleLinear)]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
+
+    def forward_with_input_gradient(self, x: torch.Tensor, columns: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """Outputs ``(N, B)`` (``out_features`` must be 1) and each member's gradient of its output with
+        respect to ``x[..., columns]``: ``(N, B, width of columns)``, itself differentiable in the weights.
+
+        The gradient is computed by an explicit backward pass through the ReLU layers, reusing this
+        forward pass's activation masks. Autograd's ``grad(create_graph=True)`` would need a second
+        forward, and its double backward also differentiates ReLU's backward (whose derivative is
+        zero), about twice the matmuls needed (see ../shared/research/peer_speed.md on EDAC). Only
+        ReLU networks without LayerNorm have this piecewise-linear form.
+        """
+        if not self.relu_only:
+            raise ValueError("forward_with_input_gradient needs a ReLU network without LayerNorm")
+        linears = self.linears
+        if linears[-1].out_features != 1:
+            raise ValueError("forward_with_input_gradient needs a scalar output per member")
+        masks = []
+        h = x
+        for layer in linears[:-1]:
+            h = layer(h)
+            masks.append((h > 0).to(h.dtype))  # float once: a bool mask would be converted at every use
+            h = h.relu()
+        out = linears[-1](h).squeeze(-1)
+        # d out / d h_last = w_out, shared across the batch; then back through each ReLU and layer.
+        grad = linears[-1].weight.transpose(1, 2) * masks[-1]
+        for layer, mask in zip(reversed(linears[1:-1]), reversed(masks[:-1])):
+            grad = torch.bmm(grad, layer.weight.transpose(1, 2)) * mask
+        grad = torch.bmm(grad, linears[0].weight[:, columns, :].transpose(1, 2))
+        return out, grad

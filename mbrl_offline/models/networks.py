@@ -19,31 +19,69 @@ def mlp(in_features: int, out_features: int, hidden_size: int, hidden_layers: in
     return nn.Sequential(*layers)
 
 
+INITS = ("torch", "edac")
+
+
 class CriticEnsemble(nn.Module):
-    """N Q-functions Q_i(s, a), computed together: returns ``(N, B)``."""
+    """N Q-functions Q_i(s, a), computed together: returns ``(N, B)``.
+
+    ``init="torch"``: every layer as `torch.nn.Linear`. ``init="edac"``: as the EDAC paper and CORL's
+    (and so RAVL's) code: hidden biases 0.1, output layer U(±3e-3), and weights U(±1/sqrt(fan)) where
+    fan is the layer's *output* width, because CORL applies ``kaiming_uniform_`` to each member's
+    ``(in, out)`` weight matrix, whose fan-in torch reads from the second dimension.
+    """
 
     def __init__(self, obs_dim: int, act_dim: int, num_critics: int, hidden_size: int = 256,
-                 hidden_layers: int = 2, layer_norm: bool = False):
+                 hidden_layers: int = 2, layer_norm: bool = False, init: str = "torch"):
         super().__init__()
-        self.num_critics = num_critics
+        if init not in INITS:
+            raise ValueError(f"unknown init '{init}'; choose one of {INITS}")
+        self.num_critics, self.obs_dim = num_critics, obs_dim
         self.net = EnsembleMLP(obs_dim + act_dim, 1, num_critics, hidden_size, hidden_layers,
                                layer_norm=layer_norm)
+        if init == "edac":
+            with torch.no_grad():
+                *hidden, output = self.net.linears
+                for layer in hidden:
+                    bound = 1.0 / math.sqrt(layer.out_features)
+                    layer.weight.uniform_(-bound, bound)
+                    layer.bias.fill_(0.1)
+                output.weight.uniform_(-3e-3, 3e-3)
+                output.bias.uniform_(-3e-3, 3e-3)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         x = torch.cat([obs, action], dim=-1)
         return self.net(x).squeeze(-1)
 
+    def q_and_action_gradient(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``Q_i(s, a)`` ``(N, B)`` and ``grad_a Q_i(s, a)`` ``(N, B, act_dim)`` from one forward pass;
+        the gradient is differentiable in the critic weights (for EDAC's diversity loss)."""
+        x = torch.cat([obs, action], dim=-1)
+        return self.net.forward_with_input_gradient(x, slice(self.obs_dim, None))
+
 
 class TanhGaussianActor(nn.Module):
     """pi(a|s) = scale * tanh(u) + offset, u ~ N(mu(s), sigma(s)); log-probabilities include the
-    tanh change of variables. ``action_low``/``action_high`` are the env's bounds."""
+    tanh change of variables. ``action_low``/``action_high`` are the env's bounds.
+
+    log(1 - tanh(u)^2) is computed exactly in a stable form; CORL and RAVL use log(1 - tanh(u)^2 + 1e-6),
+    which differs only where |u| is large. ``init`` as in `CriticEnsemble`."""
 
     log_std_min, log_std_max = -5.0, 2.0
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, hidden_size: int = 256,
-                 hidden_layers: int = 2):
+                 hidden_layers: int = 2, init: str = "torch"):
         super().__init__()
+        if init not in INITS:
+            raise ValueError(f"unknown init '{init}'; choose one of {INITS}")
         self.trunk = mlp(obs_dim, 2 * act_dim, hidden_size, hidden_layers)
+        if init == "edac":  # hidden biases 0.1, mean and log-std heads U(±1e-3), as CORL's EDAC actor
+            with torch.no_grad():
+                *hidden, head = [m for m in self.trunk if isinstance(m, nn.Linear)]
+                for layer in hidden:
+                    layer.bias.fill_(0.1)
+                head.weight.uniform_(-1e-3, 1e-3)
+                head.bias.uniform_(-1e-3, 1e-3)
         low = torch.as_tensor(action_low, dtype=torch.float32)
         high = torch.as_tensor(action_high, dtype=torch.float32)
         self.register_buffer("action_scale", (high - low) / 2)

@@ -1,0 +1,166 @@
+"""Throughput of the RAVL pipeline on this machine, at the paper's sizes (hopper: obs 11, act 3).
+
+    python benchmarks/throughput.py [--threads 2] [--device cpu] [--repeats 5]
+
+Prints, each with the matmul FLOPs it does (counted by torch's flop counter on one real call) and the
+fraction of this machine's fp32 matmul peak (1024^3 matmuls, timed in this process before and after):
+
+* RAVL agent updates/s: the full loop body (a mixed batch of 256 from a 1M real and a full 1.25M
+  synthetic buffer, then one update of 10 critics and the actor, 3x256, EDAC eta = 1);
+* dynamics-training samples/s: `GaussianEnsembleDynamics.fit` epochs on 100k rows (7 members, 4x200,
+  batch 256), holdout evaluation included;
+* rollout transitions/s: `BranchedRollouts.generate` with 50,000 starts x 5 steps (no early
+  termination: the worst case), buffer insert included.
+
+The official RAVL code measured on this CPU (../shared/research/peer_speed.md): 10.9 updates/s,
+10,200 dynamics samples/s, 26,100 rollout transitions/s.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
+from mbrl_offline.buffer import TransitionBuffer, sample_mixed
+from mbrl_offline.data.dataset import OfflineDataset
+from mbrl_offline.generators import BranchedRollouts, RolloutConfig
+from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
+from mbrl_offline.models.termination import never
+
+OBS, ACT = 11, 3
+
+
+def matmul_peak(device: torch.device, readings: int = 5) -> list[float]:
+    a, b = torch.randn(1024, 1024, device=device), torch.randn(1024, 1024, device=device)
+    for _ in range(5):
+        a @ b
+    values = []
+    for _ in range(readings):
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(40):
+            a @ b
+        sync(device)
+        values.append(40 * 2 * 1024 ** 3 / (time.perf_counter() - start) / 1e9)
+    return values
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def count_flops(fn) -> float:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def timed(fn, repeats: int, device: torch.device) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        start = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def random_transitions(n: int, device: torch.device) -> dict[str, torch.Tensor]:
+    return {"observations": torch.randn(n, OBS, device=device), "actions": torch.rand(n, ACT, device=device) * 2 - 1,
+            "rewards": torch.randn(n, device=device), "next_observations": torch.randn(n, OBS, device=device),
+            "terminals": torch.zeros(n, dtype=torch.bool, device=device),
+            "timeouts": torch.zeros(n, dtype=torch.bool, device=device)}
+
+
+def bench_updates(device, repeats: int, updates: int = 200):
+    config = RAVLConfig()
+    agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), config, device)
+    real = TransitionBuffer(1_000_000, OBS, ACT, device)
+    real.add(**random_transitions(1_000_000, device))
+    synthetic = TransitionBuffer(config.rollout.buffer_capacity, OBS, ACT, device)
+    synthetic.add(**random_transitions(config.rollout.buffer_capacity, device))
+    rng = torch.Generator(device=device).manual_seed(0)
+
+    def loop(n):
+        for _ in range(n):
+            agent.update(sample_mixed(real, synthetic, config.batch_size, config.real_ratio, rng))
+
+    loop(30)
+    flops = count_flops(lambda: loop(1))
+    times = timed(lambda: loop(updates), repeats, device)
+    return updates / statistics.median(times), flops
+
+
+def bench_dynamics(device, repeats: int, rows: int = 100_000, epochs: int = 2):
+    data = {k: v.cpu().numpy() for k, v in random_transitions(rows, device).items()}
+    dataset = OfflineDataset(**data)
+    config = DynamicsConfig(max_epochs=epochs, patience=10**6)
+    model = GaussianEnsembleDynamics(OBS, ACT, config).to(device)
+    x, y = torch.randn(config.batch_size, OBS + ACT, device=device), torch.randn(config.batch_size, OBS + 1, device=device)
+    flops_per_batch = count_flops(lambda: model.loss(x.expand(config.ensemble_size, -1, -1), y).backward())
+    n_train = rows - int(round(rows * config.holdout_ratio))
+    trained = epochs * (n_train // config.batch_size) * config.batch_size
+    times = timed(lambda: GaussianEnsembleDynamics(OBS, ACT, config).fit(dataset, device, progress=False), repeats, device)
+    return trained / statistics.median(times), flops_per_batch / config.batch_size
+
+
+def bench_rollouts(device, repeats: int):
+    config = RAVLConfig()
+    agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), config, device)
+    model = GaussianEnsembleDynamics(OBS, ACT, config.dynamics).to(device)
+    rollouts = BranchedRollouts(model, never, RolloutConfig())
+    buffer = TransitionBuffer(rollouts.buffer_capacity, OBS, ACT, device)
+    starts_from = torch.randn(1_000_000, OBS, device=device)
+    rng = torch.Generator(device=device).manual_seed(0)
+
+    def call():
+        batch, _ = rollouts.generate(agent.rollout_policy, rollouts.sample_starts(starts_from, rng), rng)
+        buffer.add(**batch)
+        return len(batch["rewards"])
+
+    transitions = call()
+    small = BranchedRollouts(model, never, RolloutConfig(rollouts_per_epoch=1000))
+    flops = count_flops(lambda: small.generate(agent.rollout_policy, small.sample_starts(starts_from, rng), rng))
+    times = timed(call, repeats, device)
+    return transitions / statistics.median(times), flops / (1000 * 5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    print(f"device: {name}; torch {torch.__version__}")
+    peak = matmul_peak(device)
+    updates, update_flops = bench_updates(device, args.repeats)
+    samples, sample_flops = bench_dynamics(device, max(1, args.repeats // 2))
+    transitions, transition_flops = bench_rollouts(device, max(1, args.repeats // 2))
+    peak += matmul_peak(device)
+    peak_gflops = statistics.median(peak)
+    print(f"fp32 matmul peak: {peak_gflops:.0f} GFLOP/s (median of {len(peak)} readings, "
+          f"{min(peak):.0f}-{max(peak):.0f})")
+    rows = [
+        ("RAVL updates/s", updates, update_flops, "GFLOP/update", 1e9, 10.9),
+        ("dynamics samples/s", samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
+        ("rollout transitions/s", transitions, transition_flops, "MFLOP/transition", 1e6, 26_100),
+    ]
+    print(f"{'measure':<24}{'rate':>12}{'matmul work':>24}{'GFLOP/s':>10}{'of peak':>9}{'vs RAVL code':>14}")
+    for label, rate, flops, unit, scale, official in rows:
+        achieved = rate * flops / 1e9
+        print(f"{label:<24}{rate:>12,.1f}{flops / scale:>11.3f} {unit:<12}{achieved:>10.1f}"
+              f"{achieved / peak_gflops:>9.0%}{rate / official:>13.1f}x")
+
+
+if __name__ == "__main__":
+    main()

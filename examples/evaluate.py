@@ -1,0 +1,33 @@
+"""Evaluate a trained policy: `python examples/evaluate.py checkpoint=runs/ravl-hopper-seed0/checkpoint.pt`.
+
+Runs the deterministic policy in the real env and prints the mean return and D4RL-normalised score.
+Settings: ``episodes=10``, ``seed=0``, ``device=cpu``.
+"""
+import sys
+from pathlib import Path
+
+from mbrl_offline.cli import cli_main, compose
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+@cli_main
+def main(argv: list[str]) -> None:
+    from mbrl_offline.algorithms import load_policy
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.errors import ConfigError
+    from mbrl_offline.evaluation import evaluate_policy
+
+    cfg = compose(CONFIGS, "evaluate", argv)
+    if not cfg.checkpoint:
+        raise ConfigError("give the checkpoint to evaluate: checkpoint=runs/<run>/checkpoint.pt")
+    agent, state = load_policy(cfg.checkpoint, cfg.device)
+    env = get_env_info(state["env"])
+    result = evaluate_policy(lambda obs: agent.act(obs, deterministic=True), env, cfg.episodes, cfg.seed)
+    print(f"{state['algorithm']} on {env.gym_id}, epoch {state['epoch']}, {cfg.episodes} episodes: "
+          f"return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
+          f"normalised score {result['normalized_score']:.1f} ± {result['normalized_score_std']:.1f}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,105 @@
+"""RAVL: Reach-Aware Value Learning (Sims, Lu, Foerster, Teh; "The Edge-of-Reach Problem in Offline
+Model-Based Reinforcement Learning", NeurIPS 2024; code: github.com/anyasims/edge-of-reach).
+
+Model rollouts of k steps from dataset states create "edge-of-reach" states: reached only at the
+last step, so they are used as Bellman targets but never trained as inputs, and their values are
+arbitrary. RAVL keeps MBPO's rollouts without any dynamics penalty and trains an EDAC critic
+ensemble, whose minimum over N critics acts as a penalty proportional to the critics' spread, which
+stays high exactly at those states:
+
+    y      = r + gamma (1 - d) (min_i Qbar_i(s', a') - alpha log pi(a'|s')),   a' ~ pi(.|s')
+    L_Q    = sum_i E[(Q_i(s, a) - y)^2] + eta E[1/(N-1) sum_{i != j} <g_i, g_j>],  g_i = grad_a Q_i / |grad_a Q_i|
+    L_pi   = E[alpha log pi(a|s) - min_i Q_i(s, a)]
+    L_alpha = E[-log alpha (log pi(a|s) - |A|)]
+
+Per epoch: 50,000 rollouts of k = 5 steps with the current stochastic policy, a random elite per row
+and step, sampled next states and rewards (`mbrl_offline.generators.BranchedRollouts`); then 1000
+updates on batches of 256 with 5% real transitions. Defaults are the official code's
+(``TrainConfig`` in ``train_ravl_agent.py``); the per-dataset values the paper tuned (N, eta, k, real
+ratio) are settings here.
+
+Differences from the official code, none of which changes the losses:
+
+* the update runs in the shared SAC-N/EDAC core (`mbrl_offline.algorithms.sac`), which computes the
+  diversity term's action gradients without a second forward pass or autograd's double backward;
+* start states are all dataset transitions, including those at time limits (the official code reads
+  ``d4rl.qlearning_dataset``, which drops them because old D4RL files stored no true next state there);
+* model transitions with non-finite predictions are dropped (see `BranchedRollouts`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from mbrl_offline.algorithms.sac import SAC, SACConfig
+from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.generators.rollouts import BranchedRollouts, RolloutConfig
+from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
+from mbrl_offline.models.termination import TerminationFn
+
+
+@dataclass
+class RAVLConfig(SACConfig):
+    # Critic ensemble and EDAC (the paper tunes num_critics and eta per dataset).
+    num_critics: int = 10  # N: critics in the ensemble; targets and the actor use the min over all N
+    eta: float = 1.0  # weight of EDAC's gradient-diversity term; 0 gives SAC-N
+    # Networks: 3 hidden layers of 256 ReLU units for actor and critics, EDAC's initialisation.
+    hidden_size: int = 256
+    hidden_layers: int = 3
+    init: str = "edac"
+    # SAC: Adam learning rates, discount, target-network rate, automatic entropy tuning towards -|A|.
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
+    alpha_lr: float = 3e-4
+    gamma: float = 0.99
+    tau: float = 5e-3
+    init_alpha: float = 1.0
+    auto_alpha: bool = True
+    target_entropy: Optional[float] = None  # None: -|A|
+    batch_size: int = 256
+    fused_adam: bool = True  # one fused kernel per optimiser step (rounds differently; same maths)
+    # Data: the fraction of real transitions in each batch (tuned per dataset), the rest from rollouts.
+    real_ratio: float = 0.05
+    # Model rollouts: k = horizon (tuned per dataset), 50k start states per epoch, buffer of 5 epochs.
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    # The dynamics ensemble: RAVL's 7 members / 5 elites, with its 350-epoch minimum training schedule.
+    dynamics: DynamicsConfig = field(default_factory=lambda: DynamicsConfig(min_epochs=350))
+
+
+class RAVL(SAC):
+    """A RAVL agent: the SAC-N/EDAC learner plus its rollout generator.
+
+    Build it from a dataset with `RAVL.for_dataset` (trains or loads the dynamics model), or from
+    parts with a trained `GaussianEnsembleDynamics` and a termination function; train it with
+    `mbrl_offline.trainer.Trainer`. Without ``dynamics`` it is the policy alone (for evaluation).
+    """
+
+    name = "ravl"
+
+    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config: RAVLConfig = RAVLConfig(),
+                 device: str | torch.device = "cpu", dynamics: Optional[GaussianEnsembleDynamics] = None,
+                 termination_fn: Optional[TerminationFn] = None):
+        super().__init__(obs_dim, act_dim, action_low, action_high, config, device)
+        self.real_ratio = config.real_ratio
+        self.generator = None
+        if dynamics is not None:
+            if termination_fn is None:
+                raise ValueError("model rollouts need the env's termination function")
+            self.generator = BranchedRollouts(dynamics.to(self.device), termination_fn, config.rollout)
+
+    @classmethod
+    def for_dataset(cls, dataset, config: RAVLConfig = RAVLConfig(), device: str | torch.device = "cpu",
+                    dynamics_path: Optional[str | Path] = None, cache_dir: Optional[str | Path] = None,
+                    progress: bool = True) -> "RAVL":
+        """The agent for ``dataset``'s env, with the dynamics model loaded from ``dynamics_path``, else
+        from the cache (trained on ``dataset`` with ``config.dynamics`` the first time)."""
+        env = get_env_info(dataset.env_name)
+        if dynamics_path is not None:
+            dynamics = GaussianEnsembleDynamics.load(dynamics_path, map_location=device)
+        else:
+            dynamics, _ = load_or_fit_dynamics(dataset, config.dynamics, cache_dir, device, progress)
+        low, high = env.action_bounds()
+        return cls(env.obs_dim, env.act_dim, low, high, config, device, dynamics, env.termination_fn)

@@ -1,0 +1,8 @@
+"""Synthetic-experience producers built on `mbrl_offline.models`.
+
+A generator's ``generate(policy, start_observations, generator)`` returns transitions in the
+buffer's format (`mbrl_offline.buffer.TRANSITION_FIELDS`) and a dict of statistics to log.
+"""
+from mbrl_offline.generators.rollouts import BranchedRollouts, RolloutConfig
+
+__all__ = ["BranchedRollouts", "RolloutConfig"]

@@ -1,0 +1,220 @@
+"""The training loop shared by every agent: epochs of generate -> update -> evaluate.
+
+Per epoch: the agent's generator (if any) rolls out its current policy from dataset states into the
+synthetic buffer; ``updates_per_epoch`` gradient steps each draw a batch mixing real and synthetic
+data at the agent's ``real_ratio``; every ``eval_every`` epochs the deterministic policy is run in
+the real env; metrics go to TensorBoard and ``metrics.jsonl``; every ``checkpoint_every`` epochs a
+checkpoint is written atomically to ``<run_dir>/checkpoint.pt``.
+
+An agent is anything with ``update(batch) -> dict of scalar tensors``, ``act(obs, deterministic)``,
+``rollout_policy(obs_tensor)``, ``state_dict``/``load_state_dict``, ``name``, ``config`` (a dataclass
+with ``batch_size``), ``real_ratio``, ``generator`` (None for model-free agents), ``device`` and the
+env's ``obs_dim``/``act_dim``/``action_low``/``action_high``.
+
+A checkpoint holds the agent (weights, optimisers, config), the generator's model, the synthetic
+buffer, every random-number state and the epoch, so ``resume=True`` continues exactly as if the run
+had not stopped (same device and thread count). The real buffer is rebuilt from the dataset, whose
+fingerprint must match.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+from mbrl_offline.buffer import TransitionBuffer, sample_mixed
+from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.errors import CheckpointError, TrainingDiverged
+from mbrl_offline.evaluation import evaluate_policy
+from mbrl_offline.logging import RunLogger
+from mbrl_offline.utils import atomic_torch_save, progress_bar
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class TrainerConfig:
+    epochs: int = 3000  # RAVL: 3000 epochs x 1000 updates = 3M gradient steps
+    updates_per_epoch: int = 1000
+    eval_every: int = 1  # epochs between evaluations; the last epoch is always evaluated
+    eval_episodes: int = 10  # deterministic-policy episodes per evaluation
+    checkpoint_every: int = 1  # epochs between checkpoints; the last epoch always gets one
+    seed: int = 0
+    run_dir: str = "runs/run"
+    divergence_q: float = 1e6  # stop when |mean Q| exceeds this (or any loss is not finite)
+    tensorboard: bool = True
+    progress: bool = True
+
+
+class Trainer:
+    """Trains ``agent`` on ``dataset`` (an `OfflineDataset` with an env). ``callbacks`` are objects with
+    an optional ``on_eval(trainer, epoch, result)`` method, called after each evaluation (Optuna
+    pruning raises from there)."""
+
+    def __init__(self, agent: Any, dataset, config: TrainerConfig = TrainerConfig(),
+                 callbacks: Optional[list] = None):
+        if dataset.env_name is None:
+            raise CheckpointError("the dataset names no env, so the policy cannot be evaluated; "
+                                  "load it with an env (e.g. load_dataset(path, env='hopper')).")
+        self.agent, self.dataset, self.config = agent, dataset, config
+        self.env = get_env_info(dataset.env_name)
+        self.callbacks = list(callbacks or [])
+        self.device = torch.device(agent.device)
+        self.run_dir = Path(config.run_dir)
+        self.checkpoint_path = self.run_dir / "checkpoint.pt"
+        self.real = TransitionBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
+        self.real.add_dataset(dataset)
+        self.synthetic = (TransitionBuffer(agent.generator.buffer_capacity, dataset.obs_dim, dataset.act_dim,
+                                           self.device) if agent.generator is not None else None)
+        self.rng = torch.Generator(device=self.device).manual_seed(config.seed)
+        self.epoch = 0
+        self.history: list[dict] = []  # evaluation results, one per evaluated epoch
+
+    # ----------------------------------------------------------------------------------- loop
+    def train(self, resume: bool = False) -> dict:
+        """Run (or, with ``resume``, continue) to ``config.epochs``; returns `summary()`."""
+        cfg = self.config
+        if resume:
+            self.load_checkpoint(self.checkpoint_path)
+        elif self.checkpoint_path.exists():
+            raise CheckpointError(f"{self.run_dir} already holds a run (checkpoint.pt); pass resume=true to "
+                                  f"continue it, or choose another run_dir.")
+        logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None,
+                           resume_step=self.epoch * cfg.updates_per_epoch if resume else None,
+                           tensorboard=cfg.tensorboard)
+        bar = progress_bar(total=cfg.epochs * cfg.updates_per_epoch, initial=self.epoch * cfg.updates_per_epoch,
+                           desc=f"{self.agent.name} {self.env.name}", unit="upd", disable=not cfg.progress)
+        try:
+            while self.epoch < cfg.epochs:
+                record = self._run_epoch(bar)
+                self.epoch += 1
+                self._check_divergence(record["train"])
+                last = self.epoch == cfg.epochs
+                if self.epoch % cfg.eval_every == 0 or last:
+                    start = time.perf_counter()
+                    result = self.evaluate(cfg.eval_episodes)
+                    record["eval"] = {k: v for k, v in result.items() if k != "returns"}
+                    record["speed"]["eval_seconds"] = time.perf_counter() - start
+                    self.history.append({"epoch": self.epoch, **result})
+                    bar.set_postfix(score=f"{result['normalized_score']:.1f}")
+                logger.log(self.epoch, self.epoch * cfg.updates_per_epoch, record)
+                if self.epoch % cfg.checkpoint_every == 0 or last:
+                    self.save_checkpoint(self.checkpoint_path)
+                if "eval" in record:
+                    for callback in self.callbacks:
+                        if hasattr(callback, "on_eval"):
+                            callback.on_eval(self, self.epoch, self.history[-1])
+        finally:
+            bar.close()
+            logger.close()
+        return self.summary()
+
+    def _run_epoch(self, bar) -> dict:
+        cfg, agent = self.config, self.agent
+        record: dict[str, dict[str, float]] = {"speed": {}}
+        if agent.generator is not None:
+            start = time.perf_counter()
+            starts = agent.generator.sample_starts(self.real.data["observations"][:len(self.real)], self.rng)
+            transitions, stats = agent.generator.generate(agent.rollout_policy, starts, self.rng)
+            self.synthetic.add(**transitions)
+            elapsed = time.perf_counter() - start
+            record["rollout"] = stats
+            record["speed"]["rollout_transitions_per_s"] = stats["transitions"] / elapsed
+        start = time.perf_counter()
+        sums: dict[str, torch.Tensor] = {}
+        for _ in range(cfg.updates_per_epoch):
+            batch = sample_mixed(self.real, self.synthetic, agent.config.batch_size, agent.real_ratio, self.rng)
+            for key, value in agent.update(batch).items():
+                sums[key] = sums[key] + value if key in sums else value
+            bar.update(1)
+        record["train"] = {k: v.item() / cfg.updates_per_epoch for k, v in sums.items()}
+        record["speed"]["updates_per_s"] = cfg.updates_per_epoch / (time.perf_counter() - start)
+        return record
+
+    def _check_divergence(self, metrics: dict[str, float]) -> None:
+        bad = [k for k, v in metrics.items() if not math.isfinite(v)]
+        if not bad and abs(metrics.get("q_mean", 0.0)) > self.config.divergence_q:
+            bad = ["q_mean"]
+        if bad:
+            kept = (f"the last good checkpoint ({self.checkpoint_path}) is kept" if self.checkpoint_path.exists()
+                    else "no checkpoint was written yet")
+            raise TrainingDiverged(
+                f"training diverged in epoch {self.epoch}: {bad[0]} = {metrics[bad[0]]:.4g}; {kept}. "
+                f"Try lower learning rates, a smaller horizon or more real data (real_ratio).")
+
+    def evaluate(self, episodes: int) -> dict:
+        """The deterministic policy in the real env; seeds depend on the run seed and the epoch only."""
+        seed = int(np.random.SeedSequence([self.config.seed, self.epoch]).generate_state(1)[0] % 2**31)
+        return evaluate_policy(lambda obs: self.agent.act(obs, deterministic=True), self.env, episodes, seed)
+
+    def summary(self) -> dict:
+        """Final and last-ten mean normalised scores (as OfflineRL-Kit reports), never only the best."""
+        scores = [h["normalized_score"] for h in self.history]
+        return {"epochs": self.epoch, "evaluations": len(scores), "final_score": scores[-1] if scores else float("nan"),
+                "last10_score": float(np.mean(scores[-10:])) if scores else float("nan"),
+                "final_return": self.history[-1]["return_mean"] if scores else float("nan")}
+
+    # ------------------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, path: str | Path) -> None:
+        agent = self.agent
+        atomic_torch_save({
+            "format": CHECKPOINT_FORMAT,
+            "epoch": self.epoch,
+            "algorithm": agent.name,
+            "env": self.env.name,
+            "agent": agent.state_dict(),
+            "generator": agent.generator.state_dict() if agent.generator is not None else None,
+            "synthetic_buffer": self.synthetic.state_dict() if self.synthetic is not None else None,
+            "trainer_config": asdict(self.config),
+            "dataset": {"source": self.dataset.source, "fingerprint": self.dataset.fingerprint()},
+            "history": self.history,
+            "rng": {"trainer": self.rng.get_state(), "torch": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+                    "numpy": np.random.get_state(), "python": random.getstate()},
+        }, path)
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        state = read_checkpoint(path)
+        if state["algorithm"] != self.agent.name or state["env"] != self.env.name:
+            raise CheckpointError(f"{path} is a {state['algorithm']} run on {state['env']}, not "
+                                  f"{self.agent.name} on {self.env.name}; choose another run_dir.")
+        if state["dataset"]["fingerprint"] != self.dataset.fingerprint():
+            raise CheckpointError(f"{path} was trained on different data ({state['dataset']['source']}); "
+                                  f"resume with the same dataset or choose another run_dir.")
+        saved_config = state["agent"]["config"]
+        if saved_config != asdict(self.agent.config):
+            changed = sorted(k for k in saved_config if saved_config[k] != asdict(self.agent.config).get(k))
+            raise CheckpointError(f"{path} was trained with other algorithm settings ({', '.join(changed)}); "
+                                  f"resume with the same settings or choose another run_dir.")
+        self.agent.load_state_dict(state["agent"])
+        if self.agent.generator is not None:
+            self.agent.generator.load_state_dict(state["generator"])
+            self.synthetic.load_state_dict(state["synthetic_buffer"])
+        self.epoch, self.history = state["epoch"], state["history"]
+        rng = state["rng"]
+        self.rng.set_state(rng["trainer"])
+        torch.set_rng_state(rng["torch"])
+        if rng["cuda"] is not None and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+        np.random.set_state(rng["numpy"])
+        random.setstate(rng["python"])
+
+
+def read_checkpoint(path: str | Path) -> dict:
+    """A checkpoint written by `Trainer`, with a clear error if it is missing or unreadable."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}; pass the checkpoint.pt of a run folder.")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch raises several types for truncated or foreign files
+        raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}: {exc}).") from None
+    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
+        raise CheckpointError(f"{path} is not a mbrl_offline training checkpoint.")
+    return state

@@ -1,0 +1,87 @@
+"""Model steps, branched rollouts and the real/synthetic batch mix."""
+import torch
+
+from mbrl_offline.buffer import TransitionBuffer, sample_mixed
+from mbrl_offline.generators import BranchedRollouts, RolloutConfig
+from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
+from mbrl_offline.models.termination import hopper, never
+
+
+def constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2)):
+    """Member m predicts delta = m + 1 in every dimension and reward m + 1, with tiny variance."""
+    model = GaussianEnsembleDynamics(obs_dim, act_dim, DynamicsConfig(ensemble_size=members, num_elites=len(elites),
+                                                                      hidden_size=8, hidden_layers=1,
+                                                                      weight_decay=(0.0, 0.0)))
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.max_logvar.fill_(-20.0)
+        model.min_logvar.fill_(-30.0)
+        model.head.bias[:, 0, :obs_dim + 1] = torch.arange(1, members + 1, dtype=torch.float32)[:, None]
+        model.head.bias[:, 0, obs_dim + 1:] = -25.0
+        model.elites.copy_(torch.tensor(elites))
+    return model
+
+
+def test_step_uses_a_uniformly_random_elite_per_row_and_matches_the_all_member_path():
+    model = constant_model()
+    obs, act = torch.zeros(20_000, 3), torch.zeros(20_000, 1)
+    grouped = model.step(obs, act, torch.Generator().manual_seed(0))
+    full = model.step(obs, act, torch.Generator().manual_seed(0), uncertainty=True)
+    torch.testing.assert_close(grouped["next_observations"], full["next_observations"])
+    torch.testing.assert_close(grouped["rewards"], full["rewards"])
+    members = grouped["rewards"].round()
+    assert set(members.unique().tolist()) == {1.0, 3.0}  # elites 0 and 2 only
+    assert abs((members == 1.0).float().mean().item() - 0.5) < 0.02
+    torch.testing.assert_close(grouped["next_observations"], members[:, None].expand(-1, 3), atol=1e-4, rtol=0)
+    assert torch.allclose(full["epistemic"], torch.full((20_000,), 3 ** 0.5))  # std of {1, 3} = 1 in 3 dims
+
+
+def test_rollouts_run_horizon_steps_and_stop_at_terminals():
+    model = constant_model(obs_dim=11, act_dim=3, elites=(0,))  # every step adds 1 to each observation dim
+    policy = lambda obs: torch.zeros(len(obs), 3)  # noqa: E731
+    starts = torch.zeros(100, 11)
+    starts[:50, 0] = 1.25  # hopper height healthy ...
+    starts[:50, 1] = -1.0  # ... angle becomes 0 after one step, 1 after two: terminal at step 2
+    starts[50:, 0] = -5.0  # height -4 after one step: terminal at step 1
+    rollouts = BranchedRollouts(model, hopper, RolloutConfig(horizon=5, rollouts_per_epoch=100))
+    batch, stats = rollouts.generate(policy, starts)
+    assert len(batch["rewards"]) == 50 * 2 + 50 * 1 and stats["terminated_fraction"] == 1.0
+    assert batch["terminals"].sum() == 100 and not batch["timeouts"].any()
+
+    free = BranchedRollouts(model, never, RolloutConfig(horizon=5, rollouts_per_epoch=100))
+    batch, stats = free.generate(policy, starts)
+    assert len(batch["rewards"]) == 500 and stats["mean_length"] == 5.0 and not batch["terminals"].any()
+    torch.testing.assert_close(batch["next_observations"][400:], starts[:100] + 5, atol=1e-4, rtol=0)
+
+
+def test_non_finite_model_predictions_are_dropped():
+    model = constant_model()
+    with torch.no_grad():
+        model.head.bias[0, 0, 0] = float("nan")
+    rollouts = BranchedRollouts(model, never, RolloutConfig(horizon=3, rollouts_per_epoch=1000))
+    batch, _ = rollouts.generate(lambda obs: torch.zeros(len(obs), 1), torch.zeros(1000, 3), torch.Generator().manual_seed(0))
+    assert torch.isfinite(batch["next_observations"]).all() and 0 < len(batch["rewards"]) < 1500
+
+
+def test_start_states_are_drawn_without_replacement():
+    rollouts = BranchedRollouts(constant_model(), never, RolloutConfig(rollouts_per_epoch=500))
+    data = torch.arange(1000, dtype=torch.float32)[:, None].expand(-1, 3)
+    starts = rollouts.sample_starts(data, torch.Generator().manual_seed(0))
+    assert len(starts) == 500 and len(starts[:, 0].unique()) == 500
+
+
+def fill(buffer: TransitionBuffer, reward: float, n: int) -> None:
+    buffer.add(observations=torch.zeros(n, 2), actions=torch.zeros(n, 1), rewards=torch.full((n,), reward),
+               next_observations=torch.zeros(n, 2), terminals=torch.zeros(n, dtype=torch.bool),
+               timeouts=torch.zeros(n, dtype=torch.bool))
+
+
+def test_mixed_batches_take_the_real_ratio_from_real_data():
+    real, synthetic = TransitionBuffer(100, 2, 1), TransitionBuffer(100, 2, 1)
+    fill(real, 1.0, 100)
+    assert (sample_mixed(real, synthetic, 256, 0.05)["rewards"] == 1).all()  # nothing synthetic yet: all real
+    fill(synthetic, -1.0, 100)
+    batch = sample_mixed(real, synthetic, 256, 0.05, torch.Generator().manual_seed(0))
+    assert (batch["rewards"] == 1).sum() == 12 and (batch["rewards"] == -1).sum() == 244  # int(0.05 * 256) as RAVL
+    assert (sample_mixed(real, synthetic, 64, 0.0)["rewards"] == -1).all()

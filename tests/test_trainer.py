@@ -1,0 +1,104 @@
+"""The shared trainer: exact resume, checkpoints, the divergence guard and logs."""
+import json
+
+import pytest
+import torch
+
+from mbrl_offline import load_dataset
+from mbrl_offline.algorithms import RAVL, RAVLConfig, load_policy
+from mbrl_offline.errors import CheckpointError, TrainingDiverged
+from mbrl_offline.generators import RolloutConfig
+from mbrl_offline.logging import read_metrics
+from mbrl_offline.models.dynamics import DynamicsConfig
+from mbrl_offline.trainer import Trainer, TrainerConfig
+
+TINY = RAVLConfig(num_critics=3, hidden_size=16, hidden_layers=2, batch_size=32,
+                  rollout=RolloutConfig(horizon=2, rollouts_per_epoch=64, retain_epochs=2),
+                  dynamics=DynamicsConfig(ensemble_size=3, num_elites=2, hidden_size=16, hidden_layers=2,
+                                          weight_decay=(0.0, 0.0, 0.0), max_epochs=2))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return load_dataset("pendulum-medium").subset(range(2000))
+
+
+def make_trainer(data, run_dir, cache, epochs=4, config=TINY, **trainer_settings):
+    torch.manual_seed(0)
+    agent = RAVL.for_dataset(data, config, cache_dir=cache, progress=False)
+    settings = dict(epochs=epochs, updates_per_epoch=10, eval_every=2, eval_episodes=1, checkpoint_every=1,
+                    run_dir=str(run_dir), progress=False, tensorboard=False)
+    return Trainer(agent, data, TrainerConfig(**{**settings, **trainer_settings}))
+
+
+def test_resumed_run_equals_an_uninterrupted_one(data, tmp_path):
+    straight = make_trainer(data, tmp_path / "straight", tmp_path / "cache")
+    straight.train()
+    first = make_trainer(data, tmp_path / "resumed", tmp_path / "cache", epochs=2)  # "stops" after 2 epochs
+    first.train()
+    resumed = make_trainer(data, tmp_path / "resumed", tmp_path / "cache", epochs=4)
+    summary = resumed.train(resume=True)
+    assert summary["epochs"] == 4 and summary["evaluations"] == 2
+    for a, b in zip(straight.agent.state_dict()["critic"].values(), resumed.agent.state_dict()["critic"].values()):
+        assert torch.equal(a, b)
+    for a, b in zip(straight.agent.actor.parameters(), resumed.agent.actor.parameters()):
+        assert torch.equal(a, b)
+    drop_speed = lambda records: [{k: v for k, v in r.items() if k != "speed"} for r in records]  # noqa: E731
+    assert drop_speed(read_metrics(tmp_path / "straight")) == drop_speed(read_metrics(tmp_path / "resumed"))
+
+
+def test_checkpoint_holds_a_policy_that_evaluates(data, tmp_path):
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2)
+    trainer.train()
+    agent, state = load_policy(tmp_path / "run" / "checkpoint.pt")
+    obs = torch.randn(5, 3).numpy()
+    assert state["epoch"] == 2 and agent.generator is None
+    assert (agent.act(obs, deterministic=True) == trainer.agent.act(obs, deterministic=True)).all()
+
+
+def test_a_finished_run_is_not_overwritten_and_resume_checks_settings(data, tmp_path):
+    make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=1).train()
+    before = (tmp_path / "run" / "checkpoint.pt").read_bytes()
+    with pytest.raises(CheckpointError, match="already holds a run.*resume=true"):
+        make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=1).train()
+    other = RAVLConfig(**{**TINY.__dict__, "eta": 0.5})
+    with pytest.raises(CheckpointError, match=r"other algorithm settings \(eta\)"):
+        make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2, config=other).train(resume=True)
+    with pytest.raises(CheckpointError, match="no checkpoint at"):
+        make_trainer(data, tmp_path / "empty", tmp_path / "cache").train(resume=True)
+    assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
+
+
+def test_divergence_stops_with_a_clear_message_and_keeps_the_last_good_checkpoint(data, tmp_path, monkeypatch):
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=5)
+    update, calls = trainer.agent.update, {"n": 0}
+
+    def poisoned(batch):
+        calls["n"] += 1
+        metrics = update(batch)
+        if calls["n"] > 25:  # from the third epoch on
+            metrics["critic_loss"] = torch.tensor(float("nan"))
+        return metrics
+
+    monkeypatch.setattr(trainer.agent, "update", poisoned)
+    with pytest.raises(TrainingDiverged, match="diverged in epoch 3: critic_loss = nan; the last good checkpoint"):
+        trainer.train()
+    assert torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)["epoch"] == 2
+
+
+def test_logs_and_callbacks(data, tmp_path):
+    seen = []
+
+    class Recorder:
+        def on_eval(self, trainer, epoch, result):
+            seen.append((epoch, result["normalized_score"]))
+
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=3, tensorboard=True)
+    trainer.callbacks.append(Recorder())
+    trainer.train()
+    records = read_metrics(tmp_path / "run")
+    assert [r["epoch"] for r in records] == [1, 2, 3] and [e for e, _ in seen] == [2, 3]
+    assert {"critic_loss", "q_mean", "alpha", "diversity_loss"} <= set(records[0]["train"])
+    assert {"transitions", "mean_length"} <= set(records[0]["rollout"]) and "eval" in records[1]
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
+    json.dumps(records)
