@@ -30,7 +30,7 @@ import torch
 
 from mbrl_offline.buffer import TransitionBuffer, sample_mixed
 from mbrl_offline.data.envs import get_env_info
-from mbrl_offline.errors import CheckpointError, TrainingDiverged
+from mbrl_offline.errors import CheckpointError, DatasetError, TrainingDiverged
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
 from mbrl_offline.utils import atomic_torch_save, progress_bar
@@ -60,7 +60,7 @@ class Trainer:
     def __init__(self, agent: Any, dataset, config: TrainerConfig = TrainerConfig(),
                  callbacks: Optional[list] = None):
         if dataset.env_name is None:
-            raise CheckpointError("the dataset names no env, so the policy cannot be evaluated; "
+            raise DatasetError("the dataset names no env, so the policy cannot be evaluated; "
                                   "load it with an env (e.g. load_dataset(path, env='hopper')).")
         self.agent, self.dataset, self.config = agent, dataset, config
         self.env = get_env_info(dataset.env_name)
@@ -187,9 +187,9 @@ class Trainer:
         if state["dataset"]["fingerprint"] != self.dataset.fingerprint():
             raise CheckpointError(f"{path} was trained on different data ({state['dataset']['source']}); "
                                   f"resume with the same dataset or choose another run_dir.")
-        saved_config = state["agent"]["config"]
-        if saved_config != asdict(self.agent.config):
-            changed = sorted(k for k in saved_config if saved_config[k] != asdict(self.agent.config).get(k))
+        saved_config, config = state["agent"]["config"], asdict(self.agent.config)
+        if saved_config != config:
+            changed = sorted(k for k in saved_config if saved_config[k] != config.get(k))
             raise CheckpointError(f"{path} was trained with other algorithm settings ({', '.join(changed)}); "
                                   f"resume with the same settings or choose another run_dir.")
         self.agent.load_state_dict(state["agent"])

@@ -153,7 +153,7 @@ class GaussianEnsembleDynamics(nn.Module):
         result = {"next_observations": obs + out[:, :-1], "rewards": out[:, -1]}
         if uncertainty:
             result["aleatoric"] = (0.5 * logvar).exp().norm(dim=-1).amax(dim=0)
-            result["epistemic"] = mean[..., :-1].std(dim=0, correction=0).norm(dim=-1) if len(elites) > 1 else torch.zeros_like(out[:, -1])
+            result["epistemic"] = mean[..., :-1].std(dim=0, correction=0).norm(dim=-1)  # 0 for one elite
         return result
 
     def _grouped_forward(self, x: torch.Tensor, choice: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
