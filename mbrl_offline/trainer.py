@@ -30,7 +30,7 @@ import torch
 
 from mbrl_offline.buffer import TransitionBuffer, sample_mixed
 from mbrl_offline.data.envs import get_env_info
-from mbrl_offline.errors import CheckpointError, DatasetError, TrainingDiverged
+from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError, TrainingDiverged
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
 from mbrl_offline.utils import atomic_torch_save, progress_bar
@@ -50,6 +50,11 @@ class TrainerConfig:
     divergence_q: float = 1e6  # stop when |mean Q| exceeds this (or any loss is not finite)
     tensorboard: bool = True
     progress: bool = True
+
+    def __post_init__(self):
+        for name in ("epochs", "updates_per_epoch", "eval_every", "eval_episodes", "checkpoint_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"trainer.{name} must be at least 1, got {getattr(self, name)}.")
 
 
 class Trainer:

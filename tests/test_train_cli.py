@@ -43,6 +43,11 @@ def test_train_then_evaluate(tmp_path):
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
     ("algo.rollout.horizon=[1", "error: cannot parse the override: no viable alternative at input '[1'"),
     ("budget=slow", "error: unknown budget 'slow'. Known: paper, quick."),
+    ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac."),
+    ("algo.real_ratio=1.5", "error: real_ratio must be between 0 and 1, got 1.5."),
+    ("algo.rollout.horizon=0", "error: rollout.horizon must be at least 1, got 0."),
+    ("algo.dynamics.num_elites=9", "error: num_elites must be in 1..ensemble_size (7), got 9."),
+    ("trainer.eval_every=0", "error: trainer.eval_every must be at least 1, got 0."),
 ])
 def test_bad_overrides_give_one_error_line(tmp_path, override, message):
     result = run("train.py", override, f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)

@@ -36,6 +36,7 @@ import torch
 
 from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.rollouts import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
 from mbrl_offline.models.termination import TerminationFn
@@ -67,6 +68,11 @@ class RAVLConfig(SACConfig):
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     # The dynamics ensemble: RAVL's 7 members / 5 elites, with its 350-epoch minimum training schedule.
     dynamics: DynamicsConfig = field(default_factory=lambda: DynamicsConfig(min_epochs=350))
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not 0.0 <= self.real_ratio <= 1.0:
+            raise ConfigError(f"real_ratio must be between 0 and 1, got {self.real_ratio}.")
 
 
 class RAVL(SAC):

@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor
+from mbrl_offline.models.networks import INITS, CriticEnsemble, TanhGaussianActor
 
 
 def _adam(params, lr: float, fused: bool) -> torch.optim.Adam:
@@ -59,6 +59,13 @@ class SACConfig:
     batch_size: int = 256  # transitions per update
     fused_adam: bool = False  # torch's fused Adam kernel: faster, rounds differently from the default
 
+    def __post_init__(self):
+        if self.eta < 0 or (self.eta > 0 and self.num_critics < 2):
+            raise ConfigError(f"eta = {self.eta} needs eta >= 0, and at least 2 critics when eta > 0 "
+                              f"(num_critics = {self.num_critics}).")
+        if self.init not in INITS:
+            raise ConfigError(f"unknown init '{self.init}'; choose one of {', '.join(INITS)}.")
+
 
 class SAC:
     """A SAC-N agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()``.
@@ -73,9 +80,6 @@ class SAC:
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
                  config: SACConfig = SACConfig(), device: str | torch.device = "cpu"):
-        if config.eta < 0 or (config.eta > 0 and config.num_critics < 2):
-            raise ConfigError(f"eta = {config.eta} needs eta >= 0, and at least 2 critics when eta > 0 "
-                              f"(num_critics = {config.num_critics}).")
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.actor = TanhGaussianActor(obs_dim, act_dim, action_low, action_high, config.hidden_size,

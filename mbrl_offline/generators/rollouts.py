@@ -18,6 +18,7 @@ from typing import Callable, Optional
 
 import torch
 
+from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
 from mbrl_offline.models.termination import TerminationFn
 
@@ -32,6 +33,11 @@ class RolloutConfig:
     deterministic_model: bool = False  # use the members' means instead of sampling (RAVL samples)
     uncertainty: bool = False  # also compute per-transition uncertainty (costs every elite on every row)
 
+    def __post_init__(self):
+        for name in ("horizon", "rollouts_per_epoch", "retain_epochs"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"rollout.{name} must be at least 1, got {getattr(self, name)}.")
+
     @property
     def buffer_capacity(self) -> int:
         return self.rollouts_per_epoch * self.horizon * self.retain_epochs
@@ -42,8 +48,6 @@ class BranchedRollouts:
 
     def __init__(self, dynamics: GaussianEnsembleDynamics, termination_fn: TerminationFn,
                  config: RolloutConfig = RolloutConfig()):
-        if config.horizon < 1 or config.rollouts_per_epoch < 1:
-            raise ValueError(f"horizon and rollouts_per_epoch must be positive, got {config}")
         self.dynamics, self.termination_fn, self.config = dynamics, termination_fn, config
 
     @property

@@ -37,6 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear
 from mbrl_offline.utils import atomic_torch_save, progress_bar
 
@@ -63,6 +64,13 @@ class DynamicsConfig:
     input_clip: float = 10.0  # normalised inputs are clipped to ±input_clip
     seed: int = 0
 
+    def __post_init__(self):
+        if not 0 < self.num_elites <= self.ensemble_size:
+            raise ConfigError(f"num_elites must be in 1..ensemble_size ({self.ensemble_size}), got {self.num_elites}.")
+        if len(self.weight_decay) != self.hidden_layers + 1:
+            raise ConfigError(f"weight_decay needs {self.hidden_layers + 1} values (hidden layers + head), "
+                              f"got {len(self.weight_decay)}.")
+
 
 class GaussianEnsembleDynamics(nn.Module):
     """A probabilistic ensemble of dynamics models; see the module docstring for the maths.
@@ -74,11 +82,6 @@ class GaussianEnsembleDynamics(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, config: DynamicsConfig = DynamicsConfig()):
         super().__init__()
-        if not 0 < config.num_elites <= config.ensemble_size:
-            raise ValueError(f"num_elites must be in 1..ensemble_size, got {config.num_elites}")
-        if len(config.weight_decay) != config.hidden_layers + 1:
-            raise ValueError(f"weight_decay needs {config.hidden_layers + 1} values (hidden layers + head), "
-                             f"got {len(config.weight_decay)}")
         self.obs_dim, self.act_dim, self.config = obs_dim, act_dim, config
         n, width, in_dim, out_dim = config.ensemble_size, config.hidden_size, obs_dim + act_dim, obs_dim + 1
         self.hidden = nn.ModuleList()

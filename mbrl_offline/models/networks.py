@@ -6,6 +6,7 @@ import math
 import torch
 from torch import nn
 
+from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.ensemble import EnsembleMLP
 
 
@@ -35,7 +36,7 @@ class CriticEnsemble(nn.Module):
                  hidden_layers: int = 2, layer_norm: bool = False, init: str = "torch"):
         super().__init__()
         if init not in INITS:
-            raise ValueError(f"unknown init '{init}'; choose one of {INITS}")
+            raise ConfigError(f"unknown init '{init}'; choose one of {', '.join(INITS)}.")
         self.num_critics, self.obs_dim = num_critics, obs_dim
         self.net = EnsembleMLP(obs_dim + act_dim, 1, num_critics, hidden_size, hidden_layers,
                                layer_norm=layer_norm)
@@ -73,7 +74,7 @@ class TanhGaussianActor(nn.Module):
                  hidden_layers: int = 2, init: str = "torch"):
         super().__init__()
         if init not in INITS:
-            raise ValueError(f"unknown init '{init}'; choose one of {INITS}")
+            raise ConfigError(f"unknown init '{init}'; choose one of {', '.join(INITS)}.")
         self.trunk = mlp(obs_dim, 2 * act_dim, hidden_size, hidden_layers)
         if init == "edac":  # hidden biases 0.1, mean and log-std heads U(±1e-3), as CORL's EDAC actor
             with torch.no_grad():
