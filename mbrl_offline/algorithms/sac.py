@@ -19,7 +19,12 @@ Deviations, on purpose, none of which changes the losses or their gradients:
   one (CORL draws two); the expectation is the same and one actor pass is saved;
 * the diversity term's gradients g_i come from the TD loss's own forward pass through an explicit
   backward of the ReLU critic (`EnsembleMLP.forward_with_input_gradient`), where CORL/RAVL run a
-  second forward and autograd's double backward: the same values with about half the matmuls;
+  second forward and autograd's double backward: the same values with about half the matmuls, and
+  one hand-written backward gives the weight gradients of both the TD and the diversity term;
+* the actor step takes grad_a min_i Q_i(s, a) from an explicit pass through each row's lowest
+  critic only (`EnsembleMLP.lowest_with_input_gradient`, no graph through the critics) and
+  back-propagates it into the actor through the surrogate -<a, grad_a Q>: the same actor gradient
+  as autograd's through the min;
 * sum_{i != j} <g_i, g_j> is computed as |sum_i g_i|^2 - sum_i |g_i|^2 (an N x N product in CORL);
 * RAVL's extra critic pass that only logs the Q spread at random actions is not run; ``q_std``
   reports the spread at the batch's actions instead.
@@ -116,8 +121,7 @@ class SAC:
         obs, actions = batch["observations"], batch["actions"]
         cfg = self.config
 
-        # Actor (and alpha from the same sample). Critic weights need no gradient here.
-        self.critic.requires_grad_(False)
+        # Actor (and alpha from the same sample).
         new_actions, log_prob = self.actor(obs)
         if self.alpha_optim is not None:
             alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
@@ -125,12 +129,20 @@ class SAC:
             alpha_loss.backward()
             self.alpha_optim.step()
         alpha = self.alpha
-        q_new = self.critic(obs, new_actions).min(dim=0).values
-        actor_loss = (alpha * log_prob - q_new).mean()
         self.actor_optim.zero_grad(set_to_none=True)
-        actor_loss.backward()
+        if self.critic.has_action_gradient:
+            # d(-min_i Q_i)/da is the minimising critic's action gradient, from an explicit pass for that
+            # critic only; the surrogate -<a, dQ/da> passes it into the actor without a critic graph.
+            q_new, q_new_grad = self.critic.min_q_and_action_gradient(obs, new_actions.detach())
+            actor_loss = (alpha * log_prob - q_new).mean()
+            ((alpha * log_prob - (new_actions * q_new_grad).sum(-1)).mean()).backward()
+        else:
+            self.critic.requires_grad_(False)  # critic weights need no gradient here
+            q_new = self.critic(obs, new_actions).min(dim=0).values
+            actor_loss = (alpha * log_prob - q_new).mean()
+            actor_loss.backward()
+            self.critic.requires_grad_(True)
         self.actor_optim.step()
-        self.critic.requires_grad_(True)
 
         # Critics.
         with torch.no_grad():

@@ -29,6 +29,7 @@ import hashlib
 import json
 import math
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -243,6 +244,7 @@ class GaussianEnsembleDynamics(nn.Module):
                 index = torch.argsort(torch.rand(members, n_train, generator=generator, device=device), dim=1)
             epoch_loss = torch.zeros((), device=device)  # summed on the device: no sync per batch
             batches = n_train // cfg.batch_size  # a final partial batch is dropped (a fresh resample follows)
+            start = time.perf_counter()
             for b in range(batches):
                 batch = index[:, b * cfg.batch_size:(b + 1) * cfg.batch_size]
                 loss = self.loss(train_x[batch], train_y[batch])
@@ -250,8 +252,9 @@ class GaussianEnsembleDynamics(nn.Module):
                 loss.backward()
                 optimizer.step()
                 epoch_loss += loss.detach()
+            epoch_loss = epoch_loss.item()  # waits for the device, so the time below is the batches'
+            batch_seconds = time.perf_counter() - start
             self.eval()
-            epoch_loss = epoch_loss.item()
             mse = self.holdout_mse(holdout_x, holdout_y)
             improved = (best_mse - mse) / best_mse > cfg.improvement_threshold
             if improved.any():
@@ -261,6 +264,7 @@ class GaussianEnsembleDynamics(nn.Module):
             else:
                 epochs_since_improvement += 1
             self.train_log.append({"epoch": epoch, "train_loss": epoch_loss / batches,
+                                   "samples_per_s": batches * cfg.batch_size / batch_seconds,
                                    "holdout_mse": mse.tolist(), "best_holdout_mse": best_mse.tolist()})
             bar.update(1)
             bar.set_postfix(loss=f"{epoch_loss / batches:.3f}", holdout=f"{best_mse.mean().item():.4f}")

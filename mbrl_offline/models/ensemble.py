@@ -10,6 +10,7 @@ from typing import Callable, Optional
 
 import torch
 from torch import nn
+from torch.autograd.function import once_differentiable
 
 
 class EnsembleLinear(nn.Module):
@@ -34,8 +35,8 @@ class EnsembleLinear(nn.Module):
     def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``members`` (indices) evaluates only those members; ``x`` then has ``len(members)`` rows first."""
         weight, bias = (self.weight, self.bias) if members is None else (self.weight[members], self.bias[members])
-        if x.dim() == 2:
-            return torch.matmul(x, weight) + bias
+        if x.dim() == 2:  # a shared input: a stride-0 view, no copy per member
+            x = x.expand(weight.shape[0], *x.shape)
         return torch.baddbmm(bias, x, weight)
 
     def extra_repr(self) -> str:
@@ -98,27 +99,143 @@ class EnsembleMLP(nn.Module):
         """Outputs ``(N, B)`` (``out_features`` must be 1) and each member's gradient of its output with
         respect to ``x[..., columns]``: ``(N, B, width of columns)``, itself differentiable in the weights.
 
-        The gradient is computed by an explicit backward pass through the ReLU layers, reusing this
-        forward pass's activation masks. Autograd's ``grad(create_graph=True)`` would need a second
-        forward, and its double backward also differentiates ReLU's backward (whose derivative is
-        zero), about twice the matmuls needed (see ../shared/research/peer_speed.md on EDAC). Only
-        ReLU networks without LayerNorm have this piecewise-linear form.
+        ``x`` is ``(B, in)``, shared by every member, and gets no gradient. The input gradient comes from
+        an explicit backward pass through the ReLU layers in the same forward call, and the weight
+        gradients of both outputs from one hand-written backward (`_ReLUValueAndInputGradient`).
+        Autograd's ``grad(create_graph=True)`` would need a second forward, and its double backward
+        also differentiates ReLU's backward (whose derivative is zero): about twice the matmuls (see
+        ../shared/research/peer_speed.md on EDAC). Only ReLU networks without LayerNorm have this
+        piecewise-linear form.
         """
         if not self.relu_only:
             raise ValueError("forward_with_input_gradient needs a ReLU network without LayerNorm")
         linears = self.linears
         if linears[-1].out_features != 1:
             raise ValueError("forward_with_input_gradient needs a scalar output per member")
-        masks = []
+        if x.dim() != 2 or x.requires_grad:
+            raise ValueError("forward_with_input_gradient takes an input shared by every member, (B, in), that "
+                             f"needs no gradient; got shape {tuple(x.shape)}, requires_grad={x.requires_grad}")
+        params = [p for layer in linears for p in (layer.weight, layer.bias)]
+        return _ReLUValueAndInputGradient.apply(x, columns, *params)
+
+    @torch.no_grad()
+    def lowest_with_input_gradient(self, x: torch.Tensor, columns: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per row, the lowest member output ``min_i f_i(x)`` ``(B,)`` and that member's gradient with
+        respect to ``x[..., columns]`` ``(B, width of columns)``; no autograd graph (SAC's actor step).
+
+        Only the chosen member's gradient is computed for each row: rows are grouped by their lowest
+        member and the groups go down the ReLU layers as one padded batched pass, about 1/N of the
+        work of every member's gradient on every row (what autograd through ``min`` would do).
+        """
+        if not self.relu_only or self.linears[-1].out_features != 1:
+            raise ValueError("lowest_with_input_gradient needs a ReLU network without LayerNorm and a scalar output")
+        linears = self.linears
+        activations = []
         h = x
         for layer in linears[:-1]:
-            h = layer(h)
-            masks.append((h > 0).to(h.dtype))  # float once: a bool mask would be converted at every use
-            h = h.relu()
-        out = linears[-1](h).squeeze(-1)
-        # d out / d h_last = w_out, shared across the batch; then back through each ReLU and layer.
-        grad = linears[-1].weight.transpose(1, 2) * masks[-1]
-        for layer, mask in zip(reversed(linears[1:-1]), reversed(masks[:-1])):
-            grad = torch.bmm(grad, layer.weight.transpose(1, 2)) * mask
+            h = layer(h).relu_()
+            activations.append(h)
+        out = linears[-1](h).squeeze(-1)  # (N, B)
+        lowest = out.argmin(dim=0)  # (B,)
+        rows = torch.arange(len(lowest), device=x.device)
+
+        members = out.shape[0]
+        order = torch.argsort(lowest, stable=True)
+        counts = torch.bincount(lowest, minlength=members)
+        member = lowest[order]
+        slot = rows - (torch.cumsum(counts, 0) - counts)[member]
+
+        def grouped(activation: torch.Tensor) -> torch.Tensor:  # (N, B, H) -> (N, largest group, H)
+            padded = activation.new_zeros(members, int(counts.max()), activation.shape[-1])
+            padded[member, slot] = activation[member, order]
+            return padded
+
+        grad = _mask(linears[-1].weight.transpose(1, 2).expand(members, int(counts.max()), -1), grouped(activations[-1]))
+        for layer, activation in zip(reversed(linears[1:-1]), reversed(activations[:-1])):
+            grad = _mask(torch.bmm(grad, layer.weight.transpose(1, 2)), grouped(activation))
         grad = torch.bmm(grad, linears[0].weight[:, columns, :].transpose(1, 2))
-        return out, grad
+        chosen = grad.new_empty(len(lowest), grad.shape[-1])
+        chosen[order] = grad[member, slot]
+        return out[lowest, rows], chosen
+
+
+def _mask(grad: torch.Tensor, activation: torch.Tensor) -> torch.Tensor:
+    """``grad`` where the ReLU was active (``activation > 0``), else 0: ReLU's backward in one pass,
+    reading the activation itself instead of a separately stored mask."""
+    return torch.ops.aten.threshold_backward(grad, activation, 0)
+
+
+class _ReLUValueAndInputGradient(torch.autograd.Function):
+    """A ReLU ensemble MLP's output q and its input gradient g = dq/dx[:, columns], with a hand-written
+    backward for both.
+
+    Forward, with a_0 = x shared, m_l = 1[a_l > 0] and w the output weights:
+        a_l = relu(a_{l-1} W_l + b_l),  q = a_L w + b_out;
+        g_L = m_L * w^T,  g_l = m_l * (g_{l+1} W_{l+1}^T),  g = g_1 W_1[columns]^T.
+    Backward, given dq and dg: the usual backward of q through the layers, plus one more pass down the
+    chain g_1 .. g_L for g, which is linear in each weight because the masks are constant (ReLU's
+    second derivative is zero):
+        e_1 = m_1 * (dg W_1[columns]),  e_{l+1} = m_{l+1} * (e_l W_{l+1}),
+        dW_1[columns] += dg^T g_1,  dW_{l+1} += e_l^T g_{l+1},  dw += sum over the batch of e_L.
+    Both passes add into the same weight gradients (in-place ``baddbmm_``): no autograd graph, no
+    gradient copies, no stored masks (the activations serve as masks).
+    """
+
+    @staticmethod
+    def forward(ctx, x, columns, *params):
+        weights, biases = params[0::2], params[1::2]
+        members = weights[0].shape[0]
+        activations = [torch.baddbmm(biases[0], x.expand(members, *x.shape), weights[0]).relu_()]
+        for weight, bias in zip(weights[1:-1], biases[1:-1]):
+            activations.append(torch.baddbmm(bias, activations[-1], weight).relu_())
+        q = torch.baddbmm(biases[-1], activations[-1], weights[-1]).squeeze(-1)
+        out_weight = weights[-1].transpose(1, 2)  # (N, 1, H)
+        path = [_mask(out_weight.expand_as(activations[-1]), activations[-1])]  # g_L, ..., g_1
+        for weight, activation in zip(reversed(weights[1:-1]), reversed(activations[:-1])):
+            path.append(_mask(torch.bmm(path[-1], weight.transpose(1, 2)), activation))
+        input_weight = weights[0][:, columns, :]
+        grad = torch.bmm(path[-1], input_weight.transpose(1, 2))
+        ctx.columns = columns
+        ctx.set_materialize_grads(False)  # an unused output's gradient stays None: its pass is skipped
+        ctx.save_for_backward(x, *params, *activations, *path)
+        return q, grad
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dq, dgrad):
+        saved = ctx.saved_tensors
+        layers = (len(saved) - 1) // 4  # x, L + 1 weights and biases, L activations, L path terms
+        x, params = saved[0], saved[1:2 * layers + 3]
+        activations, path = saved[2 * layers + 3:3 * layers + 3], saved[3 * layers + 3:][::-1]  # path: g_1 .. g_L
+        weights = params[0::2]
+        dweights = [None] * len(weights)
+        dbiases = [None] * len(weights)
+
+        # Output q: dq through the output layer and down the ReLU layers.
+        if dq is None:
+            dweights = [torch.zeros_like(w) for w in weights]
+            dbiases = [torch.zeros_like(b) for b in params[1::2]]
+        else:
+            dq = dq.unsqueeze(-1)  # (N, B, 1)
+            dweights[-1] = torch.bmm(activations[-1].transpose(1, 2), dq)
+            dbiases[-1] = dq.sum(1, keepdim=True)
+            upstream = dq * weights[-1].transpose(1, 2)  # (N, B, H)
+            for i in range(len(activations) - 1, -1, -1):
+                dh = _mask(upstream, activations[i])
+                below = activations[i - 1] if i > 0 else x.expand(dh.shape[0], *x.shape)
+                dweights[i] = torch.bmm(below.transpose(1, 2), dh)
+                dbiases[i] = dh.sum(1, keepdim=True)
+                if i > 0:
+                    upstream = torch.bmm(dh, weights[i].transpose(1, 2))
+
+        # Input gradient g: back along g_1 .. g_L.
+        if dgrad is not None:
+            columns = ctx.columns
+            dweights[0][:, columns, :].baddbmm_(dgrad.transpose(1, 2), path[0])
+            error = _mask(torch.bmm(dgrad, weights[0][:, columns, :]), activations[0])  # e_1
+            for i in range(1, len(activations)):
+                dweights[i].baddbmm_(error.transpose(1, 2), path[i])
+                error = _mask(torch.bmm(error, weights[i]), activations[i])
+            dweights[-1] += error.sum(1).unsqueeze(-1)
+        grads = [g for pair in zip(dweights, dbiases) for g in pair]
+        return (None, None, *grads)

@@ -54,9 +54,20 @@ class CriticEnsemble(nn.Module):
         x = torch.cat([obs, action], dim=-1)
         return self.net(x).squeeze(-1)
 
+    @property
+    def has_action_gradient(self) -> bool:
+        """Whether `q_and_action_gradient` is available (ReLU critics without LayerNorm)."""
+        return self.net.relu_only
+
+    def min_q_and_action_gradient(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``min_i Q_i(s, a)`` ``(B,)`` and its action gradient ``(B, act_dim)`` (the lowest critic's),
+        without an autograd graph."""
+        return self.net.lowest_with_input_gradient(torch.cat([obs, action], dim=-1), slice(self.obs_dim, None))
+
     def q_and_action_gradient(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``Q_i(s, a)`` ``(N, B)`` and ``grad_a Q_i(s, a)`` ``(N, B, act_dim)`` from one forward pass;
-        the gradient is differentiable in the critic weights (for EDAC's diversity loss)."""
+        both are differentiable in the critic weights (for EDAC's diversity loss), not in ``obs`` or
+        ``action``."""
         x = torch.cat([obs, action], dim=-1)
         return self.net.forward_with_input_gradient(x, slice(self.obs_dim, None))
 
