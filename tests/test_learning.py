@@ -1,5 +1,5 @@
 """Real learning: RAVL ends at least 20 points above the bundled pendulum-medium data (normalised
-score 39.0). About 8 minutes on CI's 2 cores (the rest of the suite takes about 2).
+score 39.0). 8-9 minutes on CI's 2 cores (the rest of the suite takes about 2).
 
 A small but complete RAVL: the default dynamics ensemble (7 members, 4x200) trained on the data,
 branched rollouts of k = 5 from dataset states with a random elite per step, 10 EDAC critics
