@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.models.networks import INITS, CriticEnsemble, TanhGaussianActor
+from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
 
 
 def _adam(params, lr: float, fused: bool) -> torch.optim.Adam:
@@ -68,8 +68,7 @@ class SACConfig:
         if self.eta < 0 or (self.eta > 0 and self.num_critics < 2):
             raise ConfigError(f"eta = {self.eta} needs eta >= 0, and at least 2 critics when eta > 0 "
                               f"(num_critics = {self.num_critics}).")
-        if self.init not in INITS:
-            raise ConfigError(f"unknown init '{self.init}'; choose one of {', '.join(INITS)}.")
+        check_init(self.init)
 
 
 class SAC:
@@ -129,19 +128,12 @@ class SAC:
             alpha_loss.backward()
             self.alpha_optim.step()
         alpha = self.alpha
+        # d(-min_i Q_i)/da is the minimising critic's action gradient, from an explicit pass for that
+        # critic only; the surrogate -<a, dQ/da> passes it into the actor without a critic graph.
+        q_new, q_new_grad = self.critic.min_q_and_action_gradient(obs, new_actions.detach())
+        actor_loss = (alpha * log_prob - q_new).mean()
         self.actor_optim.zero_grad(set_to_none=True)
-        if self.critic.has_action_gradient:
-            # d(-min_i Q_i)/da is the minimising critic's action gradient, from an explicit pass for that
-            # critic only; the surrogate -<a, dQ/da> passes it into the actor without a critic graph.
-            q_new, q_new_grad = self.critic.min_q_and_action_gradient(obs, new_actions.detach())
-            actor_loss = (alpha * log_prob - q_new).mean()
-            ((alpha * log_prob - (new_actions * q_new_grad).sum(-1)).mean()).backward()
-        else:
-            self.critic.requires_grad_(False)  # critic weights need no gradient here
-            q_new = self.critic(obs, new_actions).min(dim=0).values
-            actor_loss = (alpha * log_prob - q_new).mean()
-            actor_loss.backward()
-            self.critic.requires_grad_(True)
+        ((alpha * log_prob - (new_actions * q_new_grad).sum(-1)).mean()).backward()
         self.actor_optim.step()
 
         # Critics.

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear
+from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups
 from mbrl_offline.utils import atomic_torch_save, progress_bar
 
 
@@ -161,21 +161,10 @@ class GaussianEnsembleDynamics(nn.Module):
         return result
 
     def _grouped_forward(self, x: torch.Tensor, choice: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row ``x[b]`` through elite ``elites[choice[b]]`` only: rows sorted by member, padded to
-        the largest group, one batched pass, then put back in order."""
-        members = len(self.elites)
-        order = torch.argsort(choice, stable=True)
-        counts = torch.bincount(choice, minlength=members)
-        starts = torch.cumsum(counts, 0) - counts
-        member = choice[order]
-        slot = torch.arange(len(x), device=x.device) - starts[member]
-        grouped = x.new_zeros(members, int(counts.max()), x.shape[-1])
-        grouped[member, slot] = x[order]
-        mean, logvar = self(grouped, self.elites)
-        rows_mean, rows_logvar = mean.new_empty(len(x), mean.shape[-1]), mean.new_empty(len(x), mean.shape[-1])
-        rows_mean[order] = mean[member, slot]
-        rows_logvar[order] = logvar[member, slot]
-        return rows_mean, rows_logvar
+        """Each row ``x[b]`` through elite ``elites[choice[b]]`` only, in one batched pass."""
+        groups = MemberGroups(choice, len(self.elites))
+        mean, logvar = self(groups.group(x), self.elites)
+        return groups.ungroup(mean), groups.ungroup(logvar)
 
     # -------------------------------------------------------------------------------- training
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:

@@ -124,8 +124,10 @@ class EnsembleMLP(nn.Module):
         respect to ``x[..., columns]`` ``(B, width of columns)``; no autograd graph (SAC's actor step).
 
         Only the chosen member's gradient is computed for each row: rows are grouped by their lowest
-        member and the groups go down the ReLU layers as one padded batched pass, about 1/N of the
-        work of every member's gradient on every row (what autograd through ``min`` would do).
+        member (`MemberGroups`) and go down the ReLU layers as one batched pass padded to the largest
+        group. Autograd through ``min`` would take every member's gradient on every row; this costs the
+        same when one member is lowest on nearly every row (as with fresh random weights) and about
+        1/N of it when the rows spread evenly.
         """
         if not self.relu_only or self.linears[-1].out_features != 1:
             raise ValueError("lowest_with_input_gradient needs a ReLU network without LayerNorm and a scalar output")
@@ -137,27 +139,39 @@ class EnsembleMLP(nn.Module):
             activations.append(h)
         out = linears[-1](h).squeeze(-1)  # (N, B)
         lowest = out.argmin(dim=0)  # (B,)
-        rows = torch.arange(len(lowest), device=x.device)
-
-        members = out.shape[0]
-        order = torch.argsort(lowest, stable=True)
-        counts = torch.bincount(lowest, minlength=members)
-        member = lowest[order]
-        slot = rows - (torch.cumsum(counts, 0) - counts)[member]
-
-        def grouped(activation: torch.Tensor) -> torch.Tensor:  # (N, B, H) -> (N, largest group, H)
-            padded = activation.new_zeros(members, int(counts.max()), activation.shape[-1])
-            padded[member, slot] = activation[member, order]
-            return padded
-
-        grad = _mask(linears[-1].weight.transpose(1, 2).expand(members, int(counts.max()), -1), grouped(activations[-1]))
+        groups = MemberGroups(lowest, out.shape[0])
+        grad = _mask(linears[-1].weight.transpose(1, 2).expand(-1, groups.largest, -1), groups.group(activations[-1]))
         for layer, activation in zip(reversed(linears[1:-1]), reversed(activations[:-1])):
-            grad = _mask(torch.bmm(grad, layer.weight.transpose(1, 2)), grouped(activation))
+            grad = _mask(torch.bmm(grad, layer.weight.transpose(1, 2)), groups.group(activation))
         grad = torch.bmm(grad, linears[0].weight[:, columns, :].transpose(1, 2))
-        chosen = grad.new_empty(len(lowest), grad.shape[-1])
-        chosen[order] = grad[member, slot]
-        return out[lowest, rows], chosen
+        return out[lowest, torch.arange(len(lowest), device=x.device)], groups.ungroup(grad)
 
+
+class MemberGroups:
+    """The rows of a batch grouped by the ensemble member assigned to each, so that every row goes
+    through its own member only: one zero-padded ``(members, largest group, features)`` batch for a
+    batched pass, instead of every member on every row."""
+
+    def __init__(self, member_of_row: torch.Tensor, members: int):
+        self.order = torch.argsort(member_of_row, stable=True)
+        counts = torch.bincount(member_of_row, minlength=members)
+        self.member = member_of_row[self.order]
+        first_slot = torch.cumsum(counts, 0) - counts
+        self.slot = torch.arange(len(member_of_row), device=member_of_row.device) - first_slot[self.member]
+        self.members, self.largest = members, int(counts.max())
+
+    def group(self, values: torch.Tensor) -> torch.Tensor:
+        """Rows ``(B, F)``, or every member's values for the rows ``(members, B, F)`` (each row keeps
+        its own member's) -> ``(members, largest group, F)``."""
+        grouped = values.new_zeros(self.members, self.largest, values.shape[-1])
+        grouped[self.member, self.slot] = values[self.order] if values.dim() == 2 else values[self.member, self.order]
+        return grouped
+
+    def ungroup(self, grouped: torch.Tensor) -> torch.Tensor:
+        """``(members, largest group, F)`` -> one row each, in the original order: ``(B, F)``."""
+        rows = grouped.new_empty(len(self.order), grouped.shape[-1])
+        rows[self.order] = grouped[self.member, self.slot]
+        return rows
 
 def _mask(grad: torch.Tensor, activation: torch.Tensor) -> torch.Tensor:
     """``grad`` where the ReLU was active (``activation > 0``), else 0: ReLU's backward in one pass,

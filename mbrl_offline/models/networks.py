@@ -23,6 +23,12 @@ def mlp(in_features: int, out_features: int, hidden_size: int, hidden_layers: in
 INITS = ("torch", "edac")
 
 
+def check_init(init: str) -> None:
+    """A ConfigError unless ``init`` names one of `INITS`."""
+    if init not in INITS:
+        raise ConfigError(f"unknown init '{init}'; choose one of {', '.join(INITS)}.")
+
+
 class CriticEnsemble(nn.Module):
     """N Q-functions Q_i(s, a), computed together: returns ``(N, B)``.
 
@@ -35,8 +41,7 @@ class CriticEnsemble(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, num_critics: int, hidden_size: int = 256,
                  hidden_layers: int = 2, layer_norm: bool = False, init: str = "torch"):
         super().__init__()
-        if init not in INITS:
-            raise ConfigError(f"unknown init '{init}'; choose one of {', '.join(INITS)}.")
+        check_init(init)
         self.num_critics, self.obs_dim = num_critics, obs_dim
         self.net = EnsembleMLP(obs_dim + act_dim, 1, num_critics, hidden_size, hidden_layers,
                                layer_norm=layer_norm)
@@ -53,11 +58,6 @@ class CriticEnsemble(nn.Module):
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         x = torch.cat([obs, action], dim=-1)
         return self.net(x).squeeze(-1)
-
-    @property
-    def has_action_gradient(self) -> bool:
-        """Whether `q_and_action_gradient` is available (ReLU critics without LayerNorm)."""
-        return self.net.relu_only
 
     def min_q_and_action_gradient(self, obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``min_i Q_i(s, a)`` ``(B,)`` and its action gradient ``(B, act_dim)`` (the lowest critic's),
@@ -84,8 +84,7 @@ class TanhGaussianActor(nn.Module):
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, hidden_size: int = 256,
                  hidden_layers: int = 2, init: str = "torch"):
         super().__init__()
-        if init not in INITS:
-            raise ConfigError(f"unknown init '{init}'; choose one of {', '.join(INITS)}.")
+        check_init(init)
         self.trunk = mlp(obs_dim, 2 * act_dim, hidden_size, hidden_layers)
         if init == "edac":  # hidden biases 0.1, mean and log-std heads U(±1e-3), as CORL's EDAC actor
             with torch.no_grad():
