@@ -138,3 +138,56 @@ def test_fingerprint_depends_on_transitions_only():
     assert a.fingerprint() == b.fingerprint()
     b.terminals[5] = True
     assert a.fingerprint() != b.fingerprint()
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_hand_written_training_step_matches_autograd(threads):
+    """Loss and every gradient (weight decay included) as autograd gives them, with an odd member
+    count so that `member_matmul` also runs its leftover members as separate matmuls."""
+    from mbrl_offline.models.dynamics import _SiLUEnsembleTrainingStep
+    config = DynamicsConfig(ensemble_size=5, num_elites=3, hidden_size=24, hidden_layers=3,
+                            weight_decay=(0.1, 0.2, 0.3, 0.4))
+    torch.manual_seed(0)
+    model = GaussianEnsembleDynamics(3, 2, config)
+    with torch.no_grad():  # log-variance bounds that bind on both sides, so both soft clamps matter
+        model.max_logvar.uniform_(-0.5, 0.5)
+        model.min_logvar.uniform_(-1.5, -1.0)
+        model.head.weight.mul_(5.0)
+    inputs, targets = torch.randn(100, 5), torch.randn(100, 4)
+    batch = torch.randint(0, 100, (5, 16))
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        expected_loss = model._autograd_training_step(inputs, targets, batch)
+        expected = {name: p.grad.clone() for name, p in model.named_parameters()}
+        loss = _SiLUEnsembleTrainingStep(model, 16)(inputs, targets, batch)
+    finally:
+        torch.set_num_threads(previous)
+    torch.testing.assert_close(loss, expected_loss)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p.grad, expected[name], msg=name)
+    assert expected["head.weight"].abs().max() > 0 and expected["max_logvar"].abs().max() > 0
+
+
+def test_member_matmul_splits_leftover_members_and_adds():
+    from mbrl_offline.models.ensemble import member_matmul
+    torch.manual_seed(0)
+    a, b = torch.randn(7, 5, 4), torch.randn(7, 3, 4).transpose(1, 2)  # a transposed operand
+    out, add = torch.full((7, 5, 3), float("nan")), torch.randn(7, 5, 3)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.testing.assert_close(member_matmul(a, b, out), a @ b)
+        torch.testing.assert_close(member_matmul(a, b, out, add=add, beta=0.5), 0.5 * add + a @ b)
+        torch.testing.assert_close(member_matmul(a, b, out, add=out), 0.5 * add + 2 * (a @ b))
+    finally:
+        torch.set_num_threads(previous)
+
+
+def test_layer_norm_models_train_through_autograd():
+    data = linear_gaussian_data(n=1500)
+    torch.manual_seed(0)
+    model = GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, layer_norm=True, max_epochs=5))
+    log = model.fit(data, progress=False)
+    assert len(log) == 5 and log[-1]["train_loss"] < log[0]["train_loss"]
+    assert all(p.grad is None for p in model.parameters())

@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups
+from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.utils import atomic_torch_save, progress_bar
 
 
@@ -213,12 +213,12 @@ class GaussianEnsembleDynamics(nn.Module):
         train_x, train_y = self._normalise_inputs(inputs[train_idx]), targets[train_idx]
         holdout_x, holdout_y = self._normalise_inputs(inputs[holdout_idx]), targets[holdout_idx]
 
-        layers = [*self.hidden, self.head]
-        groups = [{"params": [layer.weight], "weight_decay": wd} for layer, wd in zip(layers, cfg.weight_decay)]
-        others = [p for name, p in self.named_parameters() if not name.endswith("weight") or "norms" in name]
-        groups.append({"params": others, "weight_decay": 0.0})
-        optimizer = torch.optim.Adam(groups, lr=cfg.learning_rate, fused=True)  # one kernel for all groups
+        # Weight decay enters the gradients (wd * W per layer), so Adam has one parameter group: with
+        # one group per decay value its step took 0.51-0.55 ms instead of 0.37 ms.
+        optimizer = torch.optim.Adam(self.parameters(), lr=cfg.learning_rate, fused=True)
 
+        # LayerNorm has no hand-written backward here: those models train through autograd.
+        training_step = self._autograd_training_step if cfg.layer_norm else _SiLUEnsembleTrainingStep(self, cfg.batch_size)
         n_train, members = len(train_x), cfg.ensemble_size
         best_mse = self.holdout_mse(holdout_x, holdout_y)
         best_state = copy.deepcopy(self.state_dict())
@@ -236,11 +236,8 @@ class GaussianEnsembleDynamics(nn.Module):
             start = time.perf_counter()
             for b in range(batches):
                 batch = index[:, b * cfg.batch_size:(b + 1) * cfg.batch_size]
-                loss = self.loss(train_x[batch], train_y[batch])
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                epoch_loss += training_step(train_x, train_y, batch)
                 optimizer.step()
-                epoch_loss += loss.detach()
             epoch_loss = epoch_loss.item()  # waits for the device, so the time below is the batches'
             batch_seconds = time.perf_counter() - start
             self.eval()
@@ -266,9 +263,22 @@ class GaussianEnsembleDynamics(nn.Module):
                     lr_dropped = True
                 epochs_since_improvement = 0
         bar.close()
+        optimizer.zero_grad(set_to_none=True)
         self.load_state_dict(best_state)
         self.elites.copy_(torch.argsort(best_mse)[:cfg.num_elites].sort().values)
         return self.train_log
+
+    def _autograd_training_step(self, inputs: torch.Tensor, targets: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+        """`loss` on rows ``batch[i]`` for member i and every parameter's gradient through autograd, with
+        the weight decay's gradient (wd * W per layer) added as in `_SiLUEnsembleTrainingStep`."""
+        for p in self.parameters():
+            p.grad = None
+        loss = self.loss(inputs[batch], targets[batch])
+        loss.backward()
+        with torch.no_grad():
+            for layer, decay in zip([*self.hidden, self.head], self.config.weight_decay):
+                layer.weight.grad.add_(layer.weight, alpha=decay)
+        return loss.detach()
 
     @torch.no_grad()
     def _copy_members(self, state: dict, members: torch.Tensor) -> None:
@@ -294,6 +304,110 @@ class GaussianEnsembleDynamics(nn.Module):
         model.load_state_dict(saved["state_dict"])
         model.train_log = saved["train_log"]
         return model.to(map_location)
+
+
+def softplus(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``log(1 + exp(x))`` into ``out`` (torch's default beta 1 and threshold 20)."""
+    return torch._C._nn.softplus(x, 1.0, 20.0, out=out)
+
+
+class _SiLUEnsembleTrainingStep:
+    """The loss of one training batch (`GaussianEnsembleDynamics.loss`) and the gradients of every
+    parameter, weight decay included (wd * W per layer), computed by hand into buffers kept from
+    batch to batch; the result matches autograd (tested). Why: autograd allocates every activation
+    and gradient afresh, and on CPU the first touch of freshly mapped memory costs page faults (a
+    bias copy into a fresh (7, 256, 200) output took 0.04-1.7 ms instead of 0.03 ms; an op on a fresh
+    (7, 256, 12) tensor about 45 us). Here a batch is matmuls into kept buffers (`member_matmul`),
+    two SiLU passes per layer and in-place ops on the head. Measured on the 2-core CPU, alternating
+    with autograd in one process: 13.3 against 15.3 ms per batch (median of 8 runs of 60 batches).
+
+    Backward, with h_l = a_{l-1} W_l + b_l, a_l = silu(h_l) and the head's mean mu and raw
+    log-variance r, soft-clamped as v = max - r, l1 = max - softplus(v), u = l1 - min,
+    logvar = min + softplus(u); per member, K = 1 / (batch * out) and e = exp(-logvar):
+        dL/dmu = 2K (mu - y) e,   dL/dlogvar = K (1 - (mu - y)^2 e) =: g,
+        dL/dmin = sum(g (1 - sigmoid(u))) - c,   dL/dl1 = g sigmoid(u) =: g1,
+        dL/dr = g1 sigmoid(v),   dL/dmax = sum(g1 (1 - sigmoid(v))) + c,
+    then down the layers: dW_l = a_{l-1}^T dh_l, db_l = sum dh_l, dh_l = silu'(h_l) * (dh_{l+1} W_{l+1}^T).
+    """
+
+    def __init__(self, model: GaussianEnsembleDynamics, batch_size: int):
+        self.model = model
+        members, width = model.config.ensemble_size, model.config.hidden_size
+        like = model.max_logvar
+
+        def buffer(features: int) -> torch.Tensor:
+            return like.new_empty(members, batch_size, features)
+
+        self.inputs = buffer(model.obs_dim + model.act_dim)
+        self.targets = buffer(model.obs_dim + 1)
+        self.pre_activations = [buffer(width) for _ in model.hidden]
+        self.activations = [buffer(width) for _ in model.hidden]
+        self.head_out = buffer(2 * (model.obs_dim + 1))
+        self.head_grad = buffer(2 * (model.obs_dim + 1))
+        self.scratch = [buffer(model.obs_dim + 1) for _ in range(6)]
+        self.grad_pre = buffer(width)
+        self.grad_act = buffer(width)
+        for p in model.parameters():
+            p.grad = torch.zeros_like(p)
+
+    @torch.no_grad()
+    def __call__(self, inputs: torch.Tensor, targets: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+        """Rows ``inputs[batch[i]]``, ``targets[batch[i]]`` train member i; fills every ``.grad`` and
+        returns the loss."""
+        model = self.model
+        members, batch_size = batch.shape
+        rows = batch.reshape(-1)
+        torch.index_select(inputs, 0, rows, out=self.inputs.view(members * batch_size, -1))
+        torch.index_select(targets, 0, rows, out=self.targets.view(members * batch_size, -1))
+
+        below = self.inputs
+        for layer, pre, act in zip(model.hidden, self.pre_activations, self.activations):
+            pre.copy_(layer.bias.expand_as(pre))
+            member_matmul(below, layer.weight, pre, add=pre)
+            torch.ops.aten.silu.out(pre, out=act)
+            below = act
+        head = self.head_out
+        head.copy_(model.head.bias.expand_as(head))
+        member_matmul(below, model.head.weight, head, add=head)
+
+        # The head's loss and its gradients, in place in kept (N, batch, out) buffers: fresh tensors
+        # this small took ~45 us per op in page faults (a few us when the memory is reused).
+        out_dim = model.obs_dim + 1
+        mean, raw = head[..., :out_dim], head[..., out_dim:]
+        max_logvar, min_logvar = model.max_logvar, model.min_logvar
+        v, u, logvar, precision, error, weighted_sq = self.scratch
+        torch.sub(max_logvar, raw, out=v)
+        softplus(v, out=u)
+        torch.sub(max_logvar, u, out=u).sub_(min_logvar)
+        softplus(u, out=logvar)
+        logvar.add_(min_logvar)
+        torch.neg(logvar, out=precision).exp_()
+        torch.sub(mean, self.targets, out=error)
+        torch.mul(error, error, out=weighted_sq).mul_(precision)
+        k, c = 1.0 / (batch_size * out_dim), model.config.logvar_bound_coef
+        loss = (weighted_sq.sum() + logvar.sum()) * k + c * (max_logvar.sum() - min_logvar.sum())
+
+        grad_logvar = weighted_sq.mul_(-k).add_(k)  # K (1 - (mu - y)^2 e)
+        grad_l1 = u.sigmoid_().mul_(grad_logvar)
+        torch.sum(torch.sub(grad_logvar, grad_l1, out=logvar), dim=1, keepdim=True, out=min_logvar.grad).sub_(c)
+        grad_raw = torch.mul(grad_l1, v.sigmoid_(), out=self.head_grad[..., out_dim:])
+        torch.sum(torch.sub(grad_l1, grad_raw, out=v), dim=1, keepdim=True, out=max_logvar.grad).add_(c)
+        torch.mul(error, precision, out=self.head_grad[..., :out_dim]).mul_(2.0 * k)
+
+        grad_out = self.head_grad
+        decay = model.config.weight_decay  # L2 on each layer's weights: its gradient wd * W joins the matmul
+        member_matmul(below.transpose(1, 2), grad_out, model.head.weight.grad, add=model.head.weight, beta=decay[-1])
+        torch.sum(grad_out, dim=1, keepdim=True, out=model.head.bias.grad)
+        member_matmul(grad_out, model.head.weight.transpose(1, 2), self.grad_act)
+        for i in range(len(model.hidden) - 1, -1, -1):
+            layer = model.hidden[i]
+            torch.ops.aten.silu_backward.grad_input(self.grad_act, self.pre_activations[i], grad_input=self.grad_pre)
+            below = self.activations[i - 1] if i > 0 else self.inputs
+            member_matmul(below.transpose(1, 2), self.grad_pre, layer.weight.grad, add=layer.weight, beta=decay[i])
+            torch.sum(self.grad_pre, dim=1, keepdim=True, out=layer.bias.grad)
+            if i > 0:
+                member_matmul(self.grad_pre, layer.weight.transpose(1, 2), self.grad_act)
+        return loss
 
 
 def default_cache_dir() -> Path:

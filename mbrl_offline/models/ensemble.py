@@ -173,6 +173,31 @@ class MemberGroups:
         rows[self.order] = grouped[self.member, self.slot]
         return rows
 
+
+def member_matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, add: Optional[torch.Tensor] = None,
+                  beta: float = 1.0) -> torch.Tensor:
+    """Per-member ``a @ b`` for ``(N, M, K)`` and ``(N, K, P)``, plus ``beta * add`` if ``add`` is given
+    (``add`` may be ``out`` itself), written into ``out`` ``(N, M, P)``; ``a`` and ``b`` may be
+    transposed views.
+
+    On a CPU, torch runs ``bmm`` with one member per thread at a time, so with N not a multiple of
+    the thread count the last round leaves threads idle: on 2 threads 7 members of (256, 200) @
+    (200, 200) take as long as 8 (0.96 ms both). The leftover members run as single ``mm`` calls
+    instead, each spread over all threads (6 + 1: 0.92-0.94 ms against 0.99 ms for the 7-member
+    ``bmm``, measured on this project's 2-core CPU). Elsewhere it is one ``bmm``.
+    """
+    members, threads = a.shape[0], torch.get_num_threads()
+    leftover = members % threads if a.device.type == "cpu" and members > threads else 0
+    batched = members - leftover
+    parts = [(slice(0, batched), torch.bmm, torch.baddbmm)] + [(i, torch.mm, torch.addmm) for i in range(batched, members)]
+    for part, product, product_plus in parts:
+        if add is None:
+            product(a[part], b[part], out=out[part])
+        else:
+            product_plus(add[part], a[part], b[part], beta=beta, out=out[part])
+    return out
+
+
 def _mask(grad: torch.Tensor, activation: torch.Tensor) -> torch.Tensor:
     """``grad`` where the ReLU was active (``activation > 0``), else 0: ReLU's backward in one pass,
     reading the activation itself instead of a separately stored mask."""
