@@ -11,7 +11,10 @@ fraction of this machine's fp32 matmul peak (1024^3 matmuls, timed in this proce
   batch 256), end to end (holdout evaluation and set-up included), and its training batches alone
   (the epoch log's ``samples_per_s``), which is how the official code's figure was measured;
 * rollout transitions/s: `BranchedRollouts.generate` with 50,000 starts x 5 steps (no early
-  termination: the worst case), buffer insert included.
+  termination: the worst case), buffer insert included;
+* UP-MPC rollout transitions/s (COPlanner's defaults: K = 5 candidates, H_p = 5 planning steps,
+  every member evaluated per planning step, MOPO's penalty) from 5,000 starts x 5 steps, and the
+  model rows it evaluates per second (26 per stored transition).
 
 The official RAVL code measured on this CPU (../shared/research/peer_speed.md): 10.9 updates/s,
 10,200 dynamics samples/s, 26,100 rollout transitions/s.
@@ -19,12 +22,14 @@ The official RAVL code measured on this CPU (../shared/research/peer_speed.md): 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import time
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from mbrl_offline.algorithms.coplanner import COPlannerConfig
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.buffer import TransitionBuffer, sample_mixed
 from mbrl_offline.data.dataset import OfflineDataset
@@ -144,6 +149,28 @@ def bench_rollouts(device, repeats: int):
     return transitions / statistics.median(times), flops / (1000 * 5)
 
 
+def bench_upmpc_rollouts(device, repeats: int, starts: int = 5_000):
+    """COPlanner's rollouts at its default planner settings; a fifth of the rollouts per call of the
+    branched benchmark above, because each stored step costs K * H_p + 1 ensemble evaluations."""
+    agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), RAVLConfig(), device)
+    rollout = dataclasses.replace(COPlannerConfig().rollout, rollouts_per_epoch=starts)
+    model = GaussianEnsembleDynamics(OBS, ACT, COPlannerConfig().dynamics).to(device)
+    rollouts = BranchedRollouts(model, never, rollout)
+    starts_from = torch.randn(100_000, OBS, device=device)
+    rng = torch.Generator(device=device).manual_seed(0)
+
+    def call():
+        batch, _ = rollouts.generate(agent.rollout_policy, rollouts.sample_starts(starts_from, rng), rng)
+        return len(batch["rewards"])
+
+    transitions = call()
+    small = BranchedRollouts(model, never, dataclasses.replace(rollout, rollouts_per_epoch=200))
+    flops = count_flops(lambda: small.generate(agent.rollout_policy, small.sample_starts(starts_from, rng), rng))
+    times = timed(call, repeats, device)
+    model_rows = rollout.upmpc.candidates * rollout.upmpc.horizon + 1
+    return transitions / statistics.median(times), flops / (200 * rollout.horizon), model_rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -159,6 +186,7 @@ def main() -> None:
     updates, update_flops = bench_updates(device, args.repeats)
     samples, batch_samples, sample_flops = bench_dynamics(device, max(1, args.repeats // 2))
     transitions, transition_flops = bench_rollouts(device, max(1, args.repeats // 2))
+    planned, planned_flops, model_rows = bench_upmpc_rollouts(device, max(1, args.repeats // 2))
     peak += matmul_peak(device)
     peak_gflops = statistics.median(peak)
     print(f"fp32 matmul peak: {peak_gflops:.0f} GFLOP/s (median of {len(peak)} readings, "
@@ -168,12 +196,15 @@ def main() -> None:
         ("dynamics samples/s", samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
         ("  batch loop alone", batch_samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
         ("rollout transitions/s", transitions, transition_flops, "MFLOP/transition", 1e6, 26_100),
+        ("UP-MPC transitions/s", planned, planned_flops, "MFLOP/transition", 1e6, None),
     ]
     print(f"{'measure':<24}{'rate':>12}{'matmul work':>24}{'GFLOP/s':>10}{'of peak':>9}{'vs RAVL code':>14}")
     for label, rate, flops, unit, scale, official in rows:
         achieved = rate * flops / 1e9
+        versus = f"{rate / official:>13.1f}x" if official else f"{'-':>14}"
         print(f"{label:<24}{rate:>12,.1f}{flops / scale:>11.3f} {unit:<12}{achieved:>10.1f}"
-              f"{achieved / peak_gflops:>9.0%}{rate / official:>13.1f}x")
+              f"{achieved / peak_gflops:>9.0%}{versus}")
+    print(f"UP-MPC evaluates {model_rows} ensemble rows per stored transition: {planned * model_rows:,.0f} rows/s")
 
 
 if __name__ == "__main__":

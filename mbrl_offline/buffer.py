@@ -95,12 +95,17 @@ class TransitionBuffer:
 def sample_mixed(real: TransitionBuffer, synthetic: Optional[TransitionBuffer], batch_size: int, real_ratio: float,
                  generator: Optional[torch.Generator] = None) -> dict[str, torch.Tensor]:
     """A batch of ``int(real_ratio * batch_size)`` real rows followed by synthetic ones (RAVL/MBPO's
-    mixing, as RAVL's code rounds); all real when there is no synthetic data yet."""
+    mixing, as RAVL's code rounds); all real when there is no synthetic data yet. The bool field
+    ``synthetic`` marks the rows from the synthetic buffer (MOBILE penalises only those)."""
     if synthetic is None or len(synthetic) == 0 or real_ratio >= 1.0:
-        return real.sample(batch_size, generator)
+        batch = real.sample(batch_size, generator)
+        batch["synthetic"] = torch.zeros(batch_size, dtype=torch.bool, device=real.device)
+        return batch
     n_real = int(real_ratio * batch_size)
     fake = synthetic.sample(batch_size - n_real, generator)
+    fake["synthetic"] = torch.ones(batch_size - n_real, dtype=torch.bool, device=synthetic.device)
     if n_real == 0:
         return fake
     true = real.sample(n_real, generator)
+    true["synthetic"] = torch.zeros(n_real, dtype=torch.bool, device=real.device)
     return {key: torch.cat([true[key], fake[key]]) for key in fake}

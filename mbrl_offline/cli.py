@@ -164,3 +164,32 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
             raise ConfigError(message) from None
         except OmegaConfBaseException as exc:
             raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None
+
+
+def build_trainer(cfg):
+    """The `Trainer` that a composed ``train`` config describes (``examples/train.py``): the dataset,
+    the agent with its dynamics model (trained or from the cache) and the trainer settings."""
+    import torch
+
+    from mbrl_offline import load_dataset
+    from mbrl_offline.algorithms import get_algorithm
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.trainer import Trainer, TrainerConfig
+
+    agent_cls, config_cls = get_algorithm(cfg.algo.name)
+    preset_for = cfg.get("preset_for")  # set by a preset (configs/preset/): the algo it was published for
+    if preset_for is not None and preset_for != cfg.algo.name:
+        raise ConfigError(f"that preset holds {preset_for} settings, not {cfg.algo.name}'s; "
+                          f"use algo={preset_for} or a {cfg.algo.name}-... preset.")
+    algo_config = config_to_dataclass(config_cls, {k: v for k, v in cfg.algo.items() if k != "name"}, "algo")
+    trainer_config = config_to_dataclass(TrainerConfig, cfg.trainer, "trainer")
+    env = get_env_info(cfg.env.name)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    dataset = load_dataset(cfg.env.dataset or env.default_dataset, env=env.name)
+    print(f"{agent_cls.__name__} on {dataset.source} ({len(dataset)} transitions, data score "
+          f"{dataset.summary()['normalized_score_mean']:.1f}); run folder {trainer_config.run_dir}", flush=True)
+    torch.manual_seed(trainer_config.seed)
+    agent = agent_cls.for_dataset(dataset, algo_config, cfg.device, dynamics_path=cfg.dynamics_path,
+                                  cache_dir=cfg.dynamics_cache, progress=trainer_config.progress)
+    return Trainer(agent, dataset, trainer_config)

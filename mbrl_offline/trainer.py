@@ -9,7 +9,8 @@ checkpoint is written atomically to ``<run_dir>/checkpoint.pt``.
 An agent is anything with ``update(batch) -> dict of scalar tensors``, ``act(obs, deterministic)``,
 ``rollout_policy(obs_tensor)``, ``state_dict``/``load_state_dict``, ``name``, ``config`` (a dataclass
 with ``batch_size``), ``real_ratio``, ``generator`` (None for model-free agents), ``device`` and the
-env's ``obs_dim``/``act_dim``/``action_low``/``action_high``.
+env's ``obs_dim``/``act_dim``/``action_low``/``action_high``; optionally ``on_epoch_end(epoch,
+total_epochs)`` for per-epoch schedules. Batches carry a bool ``synthetic`` field marking model rows.
 
 A checkpoint holds the agent (weights, optimisers, config), the generator's model, the synthetic
 buffer, every random-number state and the epoch, so ``resume=True`` continues exactly as if the run
@@ -99,6 +100,8 @@ class Trainer:
             while self.epoch < cfg.epochs:
                 record = self._run_epoch(bar)
                 self.epoch += 1
+                if hasattr(self.agent, "on_epoch_end"):  # per-epoch schedules (learning-rate annealing)
+                    self.agent.on_epoch_end(self.epoch, cfg.epochs)
                 self._check_divergence(record["train"])
                 last = self.epoch == cfg.epochs
                 if self.epoch % cfg.eval_every == 0 or last:

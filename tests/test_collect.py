@@ -1,7 +1,6 @@
 """Collection on Pendulum at a tiny budget: the full pipeline, the round trips and exact resumption."""
 import json
 
-import numpy as np
 import pytest
 
 from mbrl_offline import ConfigError, load_dataset

@@ -34,7 +34,10 @@ def test_step_uses_a_uniformly_random_elite_per_row_and_matches_the_all_member_p
     assert set(members.unique().tolist()) == {1.0, 3.0}  # elites 0 and 2 only
     assert abs((members == 1.0).float().mean().item() - 0.5) < 0.02
     torch.testing.assert_close(grouped["next_observations"], members[:, None].expand(-1, 3), atol=1e-4, rtol=0)
-    assert torch.allclose(full["epistemic"], torch.full((20_000,), 3 ** 0.5))  # std of {1, 3} = 1 in 3 dims
+    # Uncertainty is measured over all 4 members, {1, 2, 3, 4}: population std sqrt(1.25) per dim.
+    assert torch.allclose(full["epistemic"], torch.full((20_000,), (3 * 1.25) ** 0.5))
+    assert torch.allclose(full["disagreement"], torch.full((20_000,), 1.25 ** 0.5), atol=1e-3)
+    assert torch.allclose(full["aleatoric"], torch.full((20_000,), (4 * torch.tensor(-25.0).exp()) ** 0.5))
 
 
 def test_rollouts_run_horizon_steps_and_stop_at_terminals():
@@ -84,4 +87,6 @@ def test_mixed_batches_take_the_real_ratio_from_real_data():
     fill(synthetic, -1.0, 100)
     batch = sample_mixed(real, synthetic, 256, 0.05, torch.Generator().manual_seed(0))
     assert (batch["rewards"] == 1).sum() == 12 and (batch["rewards"] == -1).sum() == 244  # int(0.05 * 256) as RAVL
-    assert (sample_mixed(real, synthetic, 64, 0.0)["rewards"] == -1).all()
+    assert torch.equal(batch["synthetic"], batch["rewards"] == -1)  # MOBILE penalises these rows only
+    only_synthetic = sample_mixed(real, synthetic, 64, 0.0)
+    assert (only_synthetic["rewards"] == -1).all() and only_synthetic["synthetic"].all()

@@ -37,7 +37,7 @@ def test_train_then_evaluate(tmp_path):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: ravl."),
+    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: coplanner, mobile, mopo, ravl."),
     ("env=hoper", "error: unknown env 'hoper'. Did you mean 'hopper'? Known: ant, halfcheetah, hopper,"),
     ("algo.etta=1", "error: unknown setting 'algo.etta'. Did you mean 'algo.eta'? Valid: num_critics, eta,"),
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
@@ -48,6 +48,10 @@ def test_train_then_evaluate(tmp_path):
     ("algo.rollout.horizon=0", "error: rollout.horizon must be at least 1, got 0."),
     ("algo.dynamics.num_elites=9", "error: num_elites must be in 1..ensemble_size (7), got 9."),
     ("trainer.eval_every=0", "error: trainer.eval_every must be at least 1, got 0."),
+    ("preset=mopo-hopper-medium", "error: that preset holds mopo settings, not ravl's; use algo=mopo or a ravl-"),
+    ("preset=mopo-hoper-medium", "error: unknown preset 'mopo-hoper-medium'. Did you mean 'mopo-hopper-medium'?"),
+    ("algo.rollout.penalty=mopo", "error: unknown rollout.penalty 'mopo'; choose one of none, aleatoric,"),
+    ("algo.rollout.planner=cem", "error: unknown rollout.planner 'cem'; choose one of policy, upmpc."),
 ])
 def test_bad_overrides_give_one_error_line(tmp_path, override, message):
     result = run("train.py", override, f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
@@ -64,3 +68,17 @@ def test_evaluate_reports_a_missing_or_broken_checkpoint(tmp_path):
     junk = run("evaluate.py", f"checkpoint={tmp_path / 'junk.pt'}", tmp_path=tmp_path)
     assert junk.returncode == 2 and len(junk.stderr.strip().splitlines()) == 1
     assert junk.stderr.startswith(f"error: {tmp_path / 'junk.pt'} is not a readable checkpoint")
+
+
+@pytest.mark.parametrize("algo, extra", [
+    ("mopo", ["preset=mopo-hopper-medium"]),  # a published preset on another env: it only sets h and lambda
+    ("mobile", ["algo.target_floor=null"]),
+    ("coplanner", ["algo.rollout.upmpc.candidates=2", "algo.rollout.upmpc.horizon=2"]),
+    ("ravl", ["algo.true_dynamics=true", "algo.rollout.planner=upmpc"]),  # any generator with any agent
+])
+def test_every_algo_trains_and_evaluates_from_the_command_line(tmp_path, algo, extra):
+    result = run("train.py", f"algo={algo}", *TINY, *extra, f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "final normalised score" in result.stdout
+    evaluated = run("evaluate.py", f"checkpoint={tmp_path / 'run' / 'checkpoint.pt'}", "episodes=1", tmp_path=tmp_path)
+    assert evaluated.returncode == 0 and f"{algo} on Pendulum-v1, epoch 2" in evaluated.stdout, evaluated.stderr

@@ -7,11 +7,15 @@ from pathlib import Path
 
 import torch
 
+from mbrl_offline.algorithms.coplanner import COPlanner, COPlannerConfig
+from mbrl_offline.algorithms.mobile import MOBILE, MOBILEConfig
+from mbrl_offline.algorithms.model_based import ModelBasedConfig, ModelBasedSAC
+from mbrl_offline.algorithms.mopo import MOPO, MOPOConfig
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.errors import ConfigError
 
-ALGORITHMS = {"ravl": (RAVL, RAVLConfig)}
+ALGORITHMS = {agent.name: (agent, agent.config_class) for agent in (RAVL, MOPO, MOBILE, COPlanner)}
 
 
 def get_algorithm(name: str):
@@ -39,4 +43,6 @@ def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
     return agent, state
 
 
-__all__ = ["ALGORITHMS", "RAVL", "RAVLConfig", "SAC", "SACConfig", "get_algorithm", "load_policy"]
+__all__ = ["ALGORITHMS", "COPlanner", "COPlannerConfig", "MOBILE", "MOBILEConfig", "MOPO", "MOPOConfig",
+           "ModelBasedConfig", "ModelBasedSAC", "RAVL", "RAVLConfig", "SAC", "SACConfig", "get_algorithm",
+           "load_policy"]

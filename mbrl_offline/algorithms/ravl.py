@@ -29,21 +29,15 @@ Differences from the official code, none of which changes the losses:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
-import torch
-
-from mbrl_offline.algorithms.sac import SAC, SACConfig
-from mbrl_offline.data.envs import get_env_info
-from mbrl_offline.errors import ConfigError
-from mbrl_offline.generators.rollouts import BranchedRollouts, RolloutConfig
-from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
-from mbrl_offline.models.termination import TerminationFn
+from mbrl_offline.algorithms.model_based import ModelBasedConfig, ModelBasedSAC
+from mbrl_offline.generators.rollouts import RolloutConfig
+from mbrl_offline.models.dynamics import DynamicsConfig
 
 
 @dataclass
-class RAVLConfig(SACConfig):
+class RAVLConfig(ModelBasedConfig):
     # Critic ensemble and EDAC (the paper tunes num_critics and eta per dataset).
     num_critics: int = 10  # N: critics in the ensemble; targets and the actor use the min over all N
     eta: float = 1.0  # weight of EDAC's gradient-diversity term; 0 gives SAC-N
@@ -64,18 +58,14 @@ class RAVLConfig(SACConfig):
     fused_adam: bool = True  # one fused kernel per optimiser step (rounds differently; same maths)
     # Data: the fraction of real transitions in each batch (tuned per dataset), the rest from rollouts.
     real_ratio: float = 0.05
-    # Model rollouts: k = horizon (tuned per dataset), 50k start states per epoch, buffer of 5 epochs.
+    # Model rollouts: k = horizon (tuned per dataset), 50k start states per epoch, buffer of 5 epochs,
+    # actions sampled from the policy, no reward penalty.
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     # The dynamics ensemble: RAVL's 7 members / 5 elites, with its 350-epoch minimum training schedule.
     dynamics: DynamicsConfig = field(default_factory=lambda: DynamicsConfig(min_epochs=350))
 
-    def __post_init__(self):
-        super().__post_init__()
-        if not 0.0 <= self.real_ratio <= 1.0:
-            raise ConfigError(f"real_ratio must be between 0 and 1, got {self.real_ratio}.")
 
-
-class RAVL(SAC):
+class RAVL(ModelBasedSAC):
     """A RAVL agent: the SAC-N/EDAC learner plus its rollout generator.
 
     Build it from a dataset with `RAVL.for_dataset` (trains or loads the dynamics model), or from
@@ -84,28 +74,4 @@ class RAVL(SAC):
     """
 
     name = "ravl"
-
-    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config: RAVLConfig = RAVLConfig(),
-                 device: str | torch.device = "cpu", dynamics: Optional[GaussianEnsembleDynamics] = None,
-                 termination_fn: Optional[TerminationFn] = None):
-        super().__init__(obs_dim, act_dim, action_low, action_high, config, device)
-        self.real_ratio = config.real_ratio
-        self.generator = None
-        if dynamics is not None:
-            if termination_fn is None:
-                raise ValueError("model rollouts need the env's termination function")
-            self.generator = BranchedRollouts(dynamics.to(self.device), termination_fn, config.rollout)
-
-    @classmethod
-    def for_dataset(cls, dataset, config: RAVLConfig = RAVLConfig(), device: str | torch.device = "cpu",
-                    dynamics_path: Optional[str | Path] = None, cache_dir: Optional[str | Path] = None,
-                    progress: bool = True) -> "RAVL":
-        """The agent for ``dataset``'s env, with the dynamics model loaded from ``dynamics_path``, else
-        from the cache (trained on ``dataset`` with ``config.dynamics`` the first time)."""
-        env = get_env_info(dataset.env_name)
-        if dynamics_path is not None:
-            dynamics = GaussianEnsembleDynamics.load(dynamics_path, map_location=device)
-        else:
-            dynamics, _ = load_or_fit_dynamics(dataset, config.dynamics, cache_dir, device, progress)
-        low, high = env.action_bounds()
-        return cls(env.obs_dim, env.act_dim, low, high, config, device, dynamics, env.termination_fn)
+    config_class = RAVLConfig

@@ -32,6 +32,7 @@ Deviations, on purpose, none of which changes the losses or their gradients:
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -63,6 +64,8 @@ class SACConfig:
     target_entropy: Optional[float] = None  # None means -|A|
     batch_size: int = 256  # transitions per update
     fused_adam: bool = False  # torch's fused Adam kernel: faster, rounds differently from the default
+    deterministic_backup: bool = False  # leave the entropy term -alpha log pi out of the critic target (MOBILE)
+    actor_lr_cosine: bool = False  # anneal the actor's learning rate to 0 over the run's epochs (OfflineRL-Kit)
 
     def __post_init__(self):
         if self.eta < 0 or (self.eta > 0 and self.num_critics < 2):
@@ -137,11 +140,7 @@ class SAC:
         self.actor_optim.step()
 
         # Critics.
-        with torch.no_grad():
-            next_actions, next_log_prob = self.actor(batch["next_observations"])
-            next_q = self.target_critic(batch["next_observations"], next_actions).min(dim=0).values
-            not_done = 1.0 - batch["terminals"].float()
-            target = batch["rewards"] + cfg.gamma * not_done * (next_q - alpha * next_log_prob)
+        target = self.critic_target(batch, alpha)
         if cfg.eta > 0:
             q, action_grad = self.critic.q_and_action_gradient(obs, actions)
             unit = action_grad / (action_grad.norm(dim=-1, keepdim=True) + 1e-10)
@@ -168,6 +167,28 @@ class SAC:
             "q_std": q.std(dim=0).mean() if cfg.num_critics > 1 else torch.zeros((), device=self.device),
             "entropy": -log_prob.detach().mean(),
         }
+
+    def on_epoch_end(self, epoch: int, total_epochs: int) -> None:
+        """Called by the trainer after each epoch: with ``actor_lr_cosine`` the actor's learning rate
+        follows ``actor_lr (1 + cos(pi epoch / total_epochs)) / 2``, torch's ``CosineAnnealingLR`` with
+        ``T_max = total_epochs`` stepped once per epoch (as OfflineRL-Kit's MOPO and MOBILE); computed
+        from the epoch, so a resumed run continues it exactly."""
+        if self.config.actor_lr_cosine:
+            lr = self.config.actor_lr * 0.5 * (1.0 + math.cos(math.pi * epoch / total_epochs))
+            for group in self.actor_optim.param_groups:
+                group["lr"] = lr
+
+    @torch.no_grad()
+    def critic_target(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
+        """``y = r + gamma (1 - terminal) (min_i Qbar_i(s', a') - alpha log pi(a'|s'))``, a' ~ pi(.|s'), for
+        each row ``(B,)``; without the entropy term when ``deterministic_backup``. Agents that penalise
+        the target (MOBILE) override this."""
+        next_actions, next_log_prob = self.actor(batch["next_observations"])
+        next_q = self.target_critic(batch["next_observations"], next_actions).min(dim=0).values
+        if not self.config.deterministic_backup:
+            next_q = next_q - alpha * next_log_prob
+        not_done = 1.0 - batch["terminals"].float()
+        return batch["rewards"] + self.config.gamma * not_done * next_q
 
     def state_dict(self) -> dict:
         state = {

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

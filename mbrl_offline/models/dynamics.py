@@ -40,6 +40,8 @@ from torch import nn
 
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
+from mbrl_offline.models.uncertainty import (max_aleatoric_std, mean_disagreement, sample_members,
+                                            sampled_disagreement)
 from mbrl_offline.utils import atomic_torch_save, progress_bar
 
 
@@ -124,9 +126,17 @@ class GaussianEnsembleDynamics(nn.Module):
         logvar = min_logvar + nn.functional.softplus(logvar - min_logvar)
         return mean, logvar
 
-    def predict(self, obs: torch.Tensor, act: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every member's mean and log-variance of ``[next_obs - obs, reward]``: ``(N, B, obs_dim + 1)``."""
-        return self(self.normalise(obs, act))
+    def predict(self, obs: torch.Tensor, act: torch.Tensor, elites_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each member's mean and log-variance of ``[next_obs - obs, reward]``: ``(N, B, obs_dim + 1)``
+        (every member, or the elites only)."""
+        return self(self.normalise(obs, act), self.elites if elites_only else None)
+
+    @torch.no_grad()
+    def sample_next_observations(self, obs: torch.Tensor, act: torch.Tensor, samples: int,
+                                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """``samples`` next states drawn from each elite: ``(num_elites, samples, B, obs_dim)`` (MOBILE)."""
+        mean, logvar = self.predict(obs, act, elites_only=True)
+        return obs + sample_members(mean, logvar, generator, samples)[..., :-1]
 
     @torch.no_grad()
     def step(self, obs: torch.Tensor, act: torch.Tensor, generator: Optional[torch.Generator] = None,
@@ -134,9 +144,11 @@ class GaussianEnsembleDynamics(nn.Module):
         """One model step for a batch: each row uses an elite drawn uniformly at random (MBPO/RAVL),
         and the next state and reward are sampled from it (its mean if ``deterministic``).
 
-        Returns ``next_observations`` ``(B, obs_dim)`` and ``rewards`` ``(B,)``; with ``uncertainty``
-        also, per row, ``aleatoric`` (MOPO: the largest norm of an elite's predicted std) and
-        ``epistemic`` (the norm of the elites' std of predicted next-state means, the disagreement).
+        Returns ``next_observations`` ``(B, obs_dim)`` and ``rewards`` ``(B,)``. With ``uncertainty``
+        every member is evaluated, and each row also gets (`mbrl_offline.models.uncertainty`):
+        ``aleatoric`` (MOPO's max over all members of the predicted std's norm), ``disagreement``
+        (COPlanner's mean over outputs of the std over all members of one sample each; the row's own
+        transition is its elite's sample) and ``epistemic`` (the spread of the members' mean next states).
 
         Without ``uncertainty`` only each row's own member is evaluated: rows are grouped by member
         and the groups run as one batched pass, 1/num_elites of evaluating every elite on every row.
@@ -145,9 +157,9 @@ class GaussianEnsembleDynamics(nn.Module):
         x = self.normalise(obs, act)
         choice = torch.randint(0, len(elites), (rows,), device=obs.device, generator=generator)
         if uncertainty:
-            mean, logvar = self(x, elites)  # (E, B, out)
-            pick = torch.arange(rows, device=obs.device)
-            chosen_mean, chosen_logvar = mean[choice, pick], logvar[choice, pick]
+            mean, logvar = self(x)  # (N, B, out): MOPO and COPlanner measure over every member
+            pick, row = elites[choice], torch.arange(rows, device=obs.device)
+            chosen_mean, chosen_logvar = mean[pick, row], logvar[pick, row]
         else:
             chosen_mean, chosen_logvar = self._grouped_forward(x, choice)
         out = chosen_mean
@@ -156,8 +168,11 @@ class GaussianEnsembleDynamics(nn.Module):
             out = chosen_mean + noise * (0.5 * chosen_logvar).exp()
         result = {"next_observations": obs + out[:, :-1], "rewards": out[:, -1]}
         if uncertainty:
-            result["aleatoric"] = (0.5 * logvar).exp().norm(dim=-1).amax(dim=0)
-            result["epistemic"] = mean[..., :-1].std(dim=0, correction=0).norm(dim=-1)  # 0 for one elite
+            samples = mean.clone() if deterministic else sample_members(mean, logvar, generator)
+            samples[pick, row] = out
+            result["aleatoric"] = max_aleatoric_std(logvar)
+            result["disagreement"] = sampled_disagreement(samples)
+            result["epistemic"] = mean_disagreement(mean)
         return result
 
     def _grouped_forward(self, x: torch.Tensor, choice: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,0 +1,52 @@
+"""COPlanner for offline RL: UP-MPC rollouts with an uncertainty-penalised SAC learner.
+
+COPlanner (Wang et al., ICLR 2024; github.com/si0wang/COPlanner) is an online Dyna plug-in: UP-MPC
+plans model-rollout actions conservatively (predicted return minus alpha_c times the ensemble's
+multi-step uncertainty) and real-environment actions optimistically. It changes which actions are
+taken, never the rewards or the targets. There is no public offline port; this is the library's own
+adaptation, made as follows (../shared/research/coplanner_diffusion_baselines.md, section 1.4):
+
+* **Kept:** the conservative half. Every model-rollout action comes from UP-MPC
+  (`mbrl_offline.generators.upmpc`) with the official defaults: K = 5 candidates from the policy,
+  H_p = 5 planning steps, alpha_c = 2, gamma_r = gamma_u = 0.97, uncertainty = the std over all
+  members of sampled [s', r], averaged over outputs; the chosen action is stepped again with a fresh
+  sample and that transition is stored.
+* **Dropped:** the optimistic half (alpha_o): offline there is no environment to explore.
+* **Added:** a MOPO reward penalty on the stored transitions, r - lambda u with MOPO's max aleatoric
+  std (``rollout.penalty``/``rollout.penalty_coef``; ``disagreement`` uses COPlanner's own u instead,
+  ``penalty_coef=0`` gives the unpenalised ablation). Why: offline nothing corrects model
+  exploitation. The critic still bootstraps from a' ~ pi(s'), not from the planned action, and the
+  model's rewards are unpenalised, so choosing low-uncertainty actions alone leaves the learner free
+  to exploit the model wherever its own actions lead; online COPlanner relies on fresh real data for
+  that correction. lambda defaults to MOPO's 0.5 (OfflineRL-Kit).
+* **Rollouts** follow MOPO's schedule (50,000 starts per epoch, h = 5, 5 epochs retained, 5% real
+  data) instead of the online MuJoCo code's length-1 rollouts from 100,000 states per model retrain.
+
+The learner is MOPO's SAC (OfflineRL-Kit's settings, `mbrl_offline.algorithms.mopo`). Cost: each
+stored transition takes K * H_p + 1 ensemble evaluations (26 at the defaults), batched as one call per
+planning step over all K x B candidate rows; `benchmarks/throughput.py` measures it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mbrl_offline.algorithms.model_based import ModelBasedSAC
+from mbrl_offline.algorithms.mopo import MOPOConfig
+from mbrl_offline.generators.rollouts import RolloutConfig
+from mbrl_offline.generators.upmpc import UPMPCConfig
+
+
+@dataclass
+class COPlannerConfig(MOPOConfig):
+    # Rollouts planned by UP-MPC (official COPlanner defaults), stored rewards penalised as MOPO's.
+    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(
+        horizon=5, planner="upmpc", penalty="aleatoric", penalty_coef=0.5,
+        upmpc=UPMPCConfig(candidates=5, horizon=5, uncertainty_weight=2.0, reward_discount=0.97,
+                          uncertainty_discount=0.97)))
+
+
+class COPlanner(ModelBasedSAC):
+    """Offline COPlanner: MOPO's learner on UP-MPC-planned model rollouts (module docstring)."""
+
+    name = "coplanner"
+    config_class = COPlannerConfig

@@ -1,0 +1,49 @@
+"""MOPO: Model-based Offline Policy Optimization (Yu et al., NeurIPS 2020; code:
+github.com/tianheyu927/mopo, and OfflineRL-Kit's PyTorch port, whose SAC settings are used here).
+
+SAC on real data plus short model rollouts whose rewards are penalised by the model's uncertainty:
+
+    r~(s, a) = r^(s, a) - lambda u(s, a),    u(s, a) = max_i |sigma_i(s, a)|_2
+
+with sigma_i the std that member i predicts for [s' - s, r], over all members (the official code's
+``penalty_learned_var=True``, used in every D4RL config). The penalty is applied when the rollout is
+generated (`BranchedRollouts` with ``penalty="aleatoric"``), so the stored synthetic rewards are
+already penalised; everything else is SAC:
+
+    y = r~ + gamma (1 - d) (min_{i=1,2} Qbar_i(s', a') - alpha log pi(a'|s')),   a' ~ pi(.|s').
+
+Defaults: OfflineRL-Kit's ``run_mopo.py`` (2 critics of 256x2, actor lr 1e-4 with cosine annealing
+over the run's epochs, critic lr 3e-4, alpha auto-tuned from 1 at lr 1e-4 towards -|A|, gamma 0.99,
+tau 5e-3; 50,000 rollouts per epoch of horizon h = 5 with lambda = 0.5, 5 epochs retained, 5% real
+data; dynamics holdout capped at 1000 rows, no minimum epochs). The
+per-dataset (h, lambda) are configs: ``configs/preset/mopo-*.yaml``. The paper's official values
+are for D4RL v0; OfflineRL-Kit's for v2 differ (../shared/research/coplanner_diffusion_baselines.md);
+the presets use OfflineRL-Kit's, since our data follow v2's conventions (true next states at time limits).
+
+Differences from OfflineRL-Kit, none of which changes the losses: the update order is alpha, actor,
+critics (CORL/EDAC's; OfflineRL-Kit updates the critics first) and alpha is not clamped at 1; the
+critics are one batched ensemble.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from mbrl_offline.algorithms.model_based import ModelBasedSAC, OfflineRLKitSACConfig
+from mbrl_offline.generators.rollouts import RolloutConfig
+
+
+@dataclass
+class MOPOConfig(OfflineRLKitSACConfig):
+    # The learner: OfflineRL-Kit's SAC (2 critics of 256x2, actor lr 1e-4 cosine-annealed, critic lr
+    # 3e-4, alpha from 1 at lr 1e-4, gamma 0.99, tau 5e-3, 5% real data; see OfflineRLKitSACConfig).
+    # Rollouts: horizon h and lambda = penalty_coef are tuned per dataset (configs/preset/mopo-*.yaml);
+    # the reward penalty is MOPO's max aleatoric std over all members.
+    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(horizon=5, penalty="aleatoric",
+                                                                         penalty_coef=0.5))
+
+
+class MOPO(ModelBasedSAC):
+    """A MOPO agent: SAC on real data and uncertainty-penalised model rollouts."""
+
+    name = "mopo"
+    config_class = MOPOConfig

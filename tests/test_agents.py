@@ -1,0 +1,84 @@
+"""MOPO, MOBILE and COPlanner wiring: configs, penalties, schedules, true dynamics, CLI names."""
+import dataclasses
+
+import pytest
+import torch
+
+from mbrl_offline import load_dataset
+from mbrl_offline.algorithms import ALGORITHMS, MOBILE, MOBILEConfig, MOPO, COPlanner, COPlannerConfig, MOPOConfig, RAVL
+from mbrl_offline.errors import ConfigError
+from mbrl_offline.generators import RolloutConfig
+from mbrl_offline.models.termination import never
+from mbrl_offline.models.true_dynamics import TrueDynamics
+from tests.test_rollouts import constant_model
+
+
+def test_every_agent_is_registered_under_its_config_name():
+    assert set(ALGORITHMS) == {"ravl", "mopo", "mobile", "coplanner"}
+    assert MOPOConfig().rollout.penalty == "aleatoric" and MOPOConfig().num_critics == 2
+    assert COPlannerConfig().rollout.planner == "upmpc" and COPlannerConfig().rollout.upmpc.candidates == 5
+    assert MOBILEConfig().deterministic_backup and MOBILEConfig().rollout.penalty == "none"
+
+
+class FirstCoordinateCritic(torch.nn.Module):
+    """min_j Q(s, a) = s_0 for every critic: a value whose spread over members is known."""
+
+    def forward(self, obs, action):
+        return obs[:, 0].expand(2, -1)
+
+
+def mobile_agent(**settings):
+    model = constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2))  # deltas +1 and +3 per elite
+    config = MOBILEConfig(**{"hidden_size": 16, "target_floor": None,
+                             "rollout": RolloutConfig(horizon=1, rollouts_per_epoch=8), **settings})
+    agent = MOBILE(3, 1, [-1.0], [1.0], config, dynamics=model, termination_fn=never)
+    agent.target_critic = FirstCoordinateCritic()
+    return agent
+
+
+def test_mobile_penalises_the_targets_of_model_rows_only():
+    agent = mobile_agent(penalty_coef=2.0, num_samples=10)
+    batch = {"observations": torch.zeros(6, 3), "actions": torch.zeros(6, 1), "rewards": torch.ones(6),
+             "next_observations": torch.zeros(6, 3), "terminals": torch.zeros(6, dtype=torch.bool),
+             "synthetic": torch.tensor([False, False, True, True, True, True])}
+    target = agent.critic_target(batch, torch.tensor(0.1))
+    # Unpenalised: r + gamma * s'_0 = 1 (deterministic backup: no entropy term). The elites' next
+    # states have s'_0 = 1 and 3: mean values 1 and 3, unbiased std sqrt(2), times beta = 2.
+    torch.testing.assert_close(target[:2], torch.ones(2))
+    torch.testing.assert_close(target[2:], torch.full((4,), 1.0 - 2.0 * 2 ** 0.5), atol=1e-4, rtol=0)
+    floored = mobile_agent(penalty_coef=2.0, target_floor=0.0).critic_target(batch, torch.tensor(0.1))
+    assert (floored[2:] == 0).all() and (floored[:2] == 1).all()
+
+
+def test_mobile_penalty_vanishes_under_the_true_dynamics():
+    agent = MOBILE(3, 1, [-2.0], [2.0], MOBILEConfig(hidden_size=16), dynamics=TrueDynamics("pendulum"),
+                   termination_fn=never)
+    obs = torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, -1.0]])
+    assert (agent.bellman_uncertainty(obs, torch.zeros(2, 1)) == 0).all()
+
+
+def test_actor_learning_rate_follows_the_cosine_schedule():
+    agent = MOPO(3, 1, [-1.0], [1.0], MOPOConfig(hidden_size=16))
+    agent.on_epoch_end(50, 100)
+    assert agent.actor_optim.param_groups[0]["lr"] == pytest.approx(0.5e-4)
+    agent.on_epoch_end(100, 100)
+    assert agent.actor_optim.param_groups[0]["lr"] == pytest.approx(0.0)
+    ravl = RAVL(3, 1, [-1.0], [1.0])
+    ravl.on_epoch_end(50, 100)
+    assert ravl.actor_optim.param_groups[0]["lr"] == ravl.config.actor_lr  # RAVL keeps a constant rate
+
+
+def test_true_dynamics_replace_the_learned_model_by_config(tmp_path):
+    data = load_dataset("pendulum-medium").subset(range(500))
+    config = dataclasses.replace(COPlannerConfig(hidden_size=16), true_dynamics=True)
+    agent = COPlanner.for_dataset(data, config, cache_dir=tmp_path, progress=False)
+    assert isinstance(agent.dynamics, TrueDynamics) and not any(tmp_path.iterdir())  # nothing trained
+    batch, stats = agent.generator.generate(agent.rollout_policy, torch.as_tensor(data.observations[:20]))
+    assert len(batch["rewards"]) == 100 and stats["aleatoric_mean"] == 0.0
+
+
+def test_bad_agent_settings_are_rejected():
+    with pytest.raises(ConfigError, match="penalty_coef"):
+        MOBILEConfig(penalty_coef=-1.0)
+    with pytest.raises(ConfigError, match="real_ratio"):
+        MOPOConfig(real_ratio=1.5)
