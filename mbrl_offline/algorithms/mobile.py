@@ -69,6 +69,8 @@ class MOBILE(ModelBasedSAC):
     def bellman_uncertainty(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
         """u(s, a) for each row ``(B,)``: the spread over the elites of the mean target-critic value
         at sampled next states and policy actions."""
+        if len(self.dynamics.elites) < 2:  # one member (e.g. the true dynamics): no spread, skip the sampling
+            return torch.zeros(len(obs), device=obs.device)
         next_obs = self.dynamics.sample_next_observations(obs, actions, self.config.num_samples)
 
         def value(states: torch.Tensor) -> torch.Tensor:

@@ -56,7 +56,7 @@ def bellman_target_spread(next_observations: torch.Tensor, value: Callable[[torc
     value(s'_{i,m})`` ``(B,)``; ``value`` maps ``(rows, obs_dim)`` to ``(rows,)`` and gets every sample
     in one call."""
     members, samples, rows, obs_dim = next_observations.shape
-    values = value(next_observations.reshape(-1, obs_dim)).reshape(members, samples, rows)
-    if members == 1:
+    if members == 1:  # no spread, and no need to evaluate the value function
         return torch.zeros(rows, device=next_observations.device)
+    values = value(next_observations.reshape(-1, obs_dim)).reshape(members, samples, rows)
     return values.mean(dim=1).std(dim=0)
