@@ -113,14 +113,16 @@ def _plain(value):
 
 def register_config_defaults() -> None:
     """Put every config dataclass's defaults in Hydra's config store, so the YAML files extend them
-    (``trainer: defaults``, ``algo/ravl.yaml`` -> ``ravl_defaults``) instead of repeating them."""
+    (``trainer: defaults``, ``algo/ravl.yaml`` -> ``ravl_defaults``, ``sweep/*.yaml`` -> ``sweep_defaults``) instead of repeating them."""
     from hydra.core.config_store import ConfigStore
 
     from mbrl_offline.algorithms import ALGORITHMS
     from mbrl_offline.trainer import TrainerConfig
+    from mbrl_offline.tune import SweepConfig
 
     store = ConfigStore.instance()
     store.store(group="trainer", name="defaults", node=_plain(dataclasses.asdict(TrainerConfig())))
+    store.store(group="sweep", name="sweep_defaults", node=_plain(dataclasses.asdict(SweepConfig())))
     for name, (_, config_cls) in ALGORITHMS.items():
         store.store(group="algo", name=f"{name}_defaults", node=_plain(dataclasses.asdict(config_cls())))
 
@@ -166,15 +168,12 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
             raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None
 
 
-def build_trainer(cfg):
-    """The `Trainer` that a composed ``train`` config describes (``examples/train.py``): the dataset,
-    the agent with its dynamics model (trained or from the cache) and the trainer settings."""
-    import torch
-
-    from mbrl_offline import load_dataset
+def resolve_train_config(cfg):
+    """The parts of a composed ``train`` config, each checked: ``(agent class, algorithm config,
+    trainer config, env info)``. Raises `ConfigError` on any bad key or value."""
     from mbrl_offline.algorithms import get_algorithm
     from mbrl_offline.data.envs import get_env_info
-    from mbrl_offline.trainer import Trainer, TrainerConfig
+    from mbrl_offline.trainer import TrainerConfig
 
     agent_cls, config_cls = get_algorithm(cfg.algo.name)
     preset_for = cfg.get("preset_for")  # set by a preset (configs/preset/): the algo it was published for
@@ -183,7 +182,18 @@ def build_trainer(cfg):
                           f"use algo={preset_for} or a {cfg.algo.name}-... preset.")
     algo_config = config_to_dataclass(config_cls, {k: v for k, v in cfg.algo.items() if k != "name"}, "algo")
     trainer_config = config_to_dataclass(TrainerConfig, cfg.trainer, "trainer")
-    env = get_env_info(cfg.env.name)
+    return agent_cls, algo_config, trainer_config, get_env_info(cfg.env.name)
+
+
+def build_trainer(cfg, callbacks=None):
+    """The `Trainer` that a composed ``train`` config describes (``examples/train.py``): the dataset,
+    the agent with its dynamics model (trained or from the cache) and the trainer settings."""
+    import torch
+
+    from mbrl_offline import load_dataset
+    from mbrl_offline.trainer import Trainer
+
+    agent_cls, algo_config, trainer_config, env = resolve_train_config(cfg)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     dataset = load_dataset(cfg.env.dataset or env.default_dataset, env=env.name)
@@ -192,4 +202,4 @@ def build_trainer(cfg):
     torch.manual_seed(trainer_config.seed)
     agent = agent_cls.for_dataset(dataset, algo_config, cfg.device, dynamics_path=cfg.dynamics_path,
                                   cache_dir=cfg.dynamics_cache, progress=trainer_config.progress)
-    return Trainer(agent, dataset, trainer_config)
+    return Trainer(agent, dataset, trainer_config, callbacks)

@@ -3,8 +3,8 @@
 Per epoch: the agent's generator (if any) rolls out its current policy from dataset states into the
 synthetic buffer; ``updates_per_epoch`` gradient steps each draw a batch mixing real and synthetic
 data at the agent's ``real_ratio``; every ``eval_every`` epochs the deterministic policy is run in
-the real env; metrics go to TensorBoard and ``metrics.jsonl``; every ``checkpoint_every`` epochs a
-checkpoint is written atomically to ``<run_dir>/checkpoint.pt``.
+the real env; metrics go to TensorBoard and ``metrics.jsonl`` (``run.json`` describes the run); every
+``checkpoint_every`` epochs a checkpoint is written atomically to ``<run_dir>/checkpoint.pt``.
 
 An agent is anything with ``update(batch) -> dict of scalar tensors``, ``act(obs, deterministic)``,
 ``rollout_policy(obs_tensor)``, ``state_dict``/``load_state_dict``, ``name``, ``config`` (a dataclass
@@ -19,6 +19,7 @@ fingerprint must match.
 """
 from __future__ import annotations
 
+import json
 import math
 import random
 import time
@@ -34,7 +35,7 @@ from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError, TrainingDiverged
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
-from mbrl_offline.utils import atomic_torch_save, progress_bar
+from mbrl_offline.utils import atomic_path, atomic_torch_save, progress_bar
 
 CHECKPOINT_FORMAT = 1
 
@@ -91,6 +92,7 @@ class Trainer:
         elif self.checkpoint_path.exists():
             raise CheckpointError(f"{self.run_dir} already holds a run (checkpoint.pt); pass resume=true to "
                                   f"continue it, or choose another run_dir.")
+        self._write_run_info()
         logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None,
                            resume_step=self.epoch * cfg.updates_per_epoch if resume else None,
                            tensorboard=cfg.tensorboard)
@@ -122,6 +124,14 @@ class Trainer:
             bar.close()
             logger.close()
         return self.summary()
+
+    def _write_run_info(self) -> None:
+        """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports."""
+        with atomic_path(self.run_dir / "run.json") as tmp:
+            tmp.write_text(json.dumps({
+                "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
+                "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
+                "trainer": asdict(self.config), "agent": asdict(self.agent.config)}, indent=2, default=str))
 
     def _run_epoch(self, bar) -> dict:
         cfg, agent = self.config, self.agent

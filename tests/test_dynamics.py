@@ -191,3 +191,36 @@ def test_layer_norm_models_train_through_autograd():
     log = model.fit(data, progress=False)
     assert len(log) == 5 and log[-1]["train_loss"] < log[0]["train_loss"]
     assert all(p.grad is None for p in model.parameters())
+
+
+def _fit_in_worker(cache_dir, count_file, barrier):
+    """One of two processes asking the cache for the same model at the same moment."""
+    from mbrl_offline.models import dynamics
+
+    original = dynamics.GaussianEnsembleDynamics.fit
+
+    def counted_fit(self, *args, **kwargs):
+        with open(count_file, "a") as f:
+            f.write("fit\n")
+        return original(self, *args, **kwargs)
+
+    dynamics.GaussianEnsembleDynamics.fit = counted_fit
+    barrier.wait(timeout=60)
+    dynamics.load_or_fit_dynamics(linear_gaussian_data(n=800), dataclasses.replace(SMALL, max_epochs=20),
+                                  cache_dir=cache_dir, progress=False)
+
+
+def test_processes_sharing_a_cache_train_a_model_once(tmp_path):
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")
+    barrier = context.Barrier(2)
+    workers = [context.Process(target=_fit_in_worker, args=(str(tmp_path / "cache"), str(tmp_path / "fits"), barrier))
+               for _ in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+    assert (tmp_path / "fits").read_text() == "fit\n"  # the second process waited for the first's model
+    assert len(list((tmp_path / "cache").glob("*.pt"))) == 1

@@ -30,6 +30,7 @@ import json
 import math
 import os
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -444,7 +445,27 @@ def load_or_fit_dynamics(dataset, config: DynamicsConfig = DynamicsConfig(), cac
     path = Path(cache_dir or default_cache_dir()) / f"{dataset.env_name or 'env'}-{key}.pt"
     if path.is_file():
         return GaussianEnsembleDynamics.load(path, map_location=device), path
-    model = GaussianEnsembleDynamics(dataset.obs_dim, dataset.act_dim, config)
-    model.fit(dataset, device=device, progress=progress)
-    model.save(path)
+    with _file_lock(path.with_name(path.name + ".lock")):  # sweep workers on one machine train it once
+        if path.is_file():  # another process trained it while this one waited
+            return GaussianEnsembleDynamics.load(path, map_location=device), path
+        model = GaussianEnsembleDynamics(dataset.obs_dim, dataset.act_dim, config)
+        model.fit(dataset, device=device, progress=progress)
+        model.save(path)
     return model, path
+
+
+@contextmanager
+def _file_lock(path: Path):
+    """An exclusive lock on ``path`` between processes (POSIX); no lock where fcntl is missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: concurrent workers may both train the model; the atomic save keeps it whole
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -1,0 +1,55 @@
+"""Tune an agent with Optuna: `python examples/sweep.py algo=ravl env=hopper [sweep=ravl] [budget=quick] [...]`.
+
+The search space, sampler, pruner, trials, seeds per trial and storage come from configs/sweep/<algo>.yaml
+(fields: SweepConfig in mbrl_offline/tune.py); every other override is a training setting, as for
+train.py, and applies to every trial. Run the same command again to resume an interrupted study, or on
+other machines with ``sweep.storage=postgresql://...`` to add workers to it. At the end it prints the
+best parameters; ``python examples/report.py <sweep.dir>`` writes the sweep's report.
+"""
+import sys
+from pathlib import Path
+
+from mbrl_offline.cli import build_trainer, cli_main, compose, config_to_dataclass, resolve_train_config
+from mbrl_offline.errors import ConfigError
+from mbrl_offline.tune import SweepConfig, extreme_values, override, run_sweep, summarize_study
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+
+
+@cli_main
+def main(argv: list[str]) -> None:
+    cfg = compose(CONFIGS, "tune", argv)
+    sweep = config_to_dataclass(SweepConfig, cfg.sweep, "sweep")
+    if sweep.for_algo is not None and sweep.for_algo != cfg.algo.name:
+        raise ConfigError(f"that search space is written for {sweep.for_algo}, not {cfg.algo.name}; "
+                          f"use sweep={cfg.algo.name} or algo={sweep.for_algo}.")
+    # the training overrides every trial shares: the command line without the sweep's own settings
+    train_overrides = [a for a in argv if not a.lstrip("+~").startswith(("sweep.", "sweep="))]
+
+    def train_config(params: dict, seed: int, run_dir: Path):
+        return compose(CONFIGS, "train", train_overrides + [override(k, v) for k, v in params.items()]
+                       + [f"seed={seed}", f"trainer.run_dir={run_dir}"])
+
+    for values in extreme_values(sweep.parameters):  # a typo in the space fails here, not in every trial
+        try:
+            resolve_train_config(train_config(values, sweep.seeds[0], Path(sweep.dir)))
+        except ConfigError as exc:
+            raise ConfigError(f"the search space sets {', '.join(values)}: {exc}") from None
+
+    def run_trial(params: dict, seed: int, run_dir: Path, callbacks: list) -> dict:
+        trainer = build_trainer(train_config(params, seed, run_dir), callbacks)
+        return trainer.train(resume=(run_dir / "checkpoint.pt").exists())
+
+    print(f"study '{sweep.study_name}' in {sweep.dir}: {sweep.n_trials} trials x {len(sweep.seeds)} seed(s), "
+          f"{sweep.sampler.name} sampler, {sweep.pruner.name} pruner", flush=True)
+    try:
+        study = run_sweep(sweep, run_trial)
+    except KeyboardInterrupt:
+        print("interrupted; the stopped trial is queued again. Run the same command to resume.", file=sys.stderr)
+        sys.exit(130)
+    print(summarize_study(study, sweep.objective))
+    print(f"report: python examples/report.py {sweep.dir}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

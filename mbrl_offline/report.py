@@ -1,0 +1,268 @@
+"""Reports from logged runs: learning curves (PNG) and a markdown table of final normalised scores.
+
+A run is a folder with ``run.json`` and ``metrics.jsonl``, as `Trainer` writes them. Runs are grouped
+by dataset and algorithm; a group's seeds give the mean and the spread. The table reports, per group,
+the last evaluation and the mean of the last ten evaluations (OfflineRL-Kit's figure), each as mean ±
+standard deviation over seeds; never the best evaluation, which overstates what a run delivers.
+
+A sweep folder (one with ``sweep.json``, from ``examples/sweep.py``) is reported as a sweep: its best
+trials, the importance of each parameter, how many evaluation episodes the tuning ran in the real env,
+and the learning curves of its best trials.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+from mbrl_offline.errors import MbrlOfflineError
+
+
+class ReportError(MbrlOfflineError, ValueError):
+    """Nothing to report, or logs that cannot be read."""
+
+
+@dataclass
+class Run:
+    path: Path
+    info: dict  # run.json
+    steps: list[int]  # gradient updates at each evaluation
+    scores: list[float]  # normalised score at each evaluation
+    label: str = ""  # the curve and table row it belongs to; the algorithm unless set
+
+    def __post_init__(self):
+        self.label = self.label or self.info["algorithm"]
+
+    @property
+    def dataset(self) -> str:
+        return dataset_label(self.info["dataset"])
+
+
+@dataclass
+class SweepSummary:
+    path: Path
+    study: object
+    info: dict
+    runs: list[Run] = field(default_factory=list)
+
+
+def dataset_label(source: str) -> str:
+    """A short dataset name: ``bundled:hopper-medium`` -> ``hopper-medium``, a file path -> its stem."""
+    for prefix in ("bundled:", "minari:", "d4rl:"):
+        if source.startswith(prefix):
+            source = source[len(prefix):]
+    return Path(source).stem if source.endswith((".hdf5", ".h5")) else source
+
+
+def read_run(path: Path, label: str = "") -> Run:
+    try:
+        info = json.loads((path / "run.json").read_text())
+        records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    except FileNotFoundError as exc:
+        raise ReportError(f"{path} is not a complete run folder: {Path(exc.filename).name} is missing.") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: unreadable run.json or metrics.jsonl ({exc}); the run's logs are damaged.") from None
+    evaluated = [r for r in records if "eval" in r]
+    return Run(path, info, [r["step"] for r in evaluated], [r["eval"]["normalized_score"] for r in evaluated], label)
+
+
+def find_runs(paths: list[str | Path]) -> tuple[list[Run], list[SweepSummary]]:
+    """The runs and sweeps under ``paths`` (run folders, sweep folders, or folders holding them)."""
+    runs, sweeps = [], []
+    for given in paths:
+        root = Path(given)
+        if not root.exists():
+            raise ReportError(f"{root} does not exist; pass run folders (with metrics.jsonl) or folders holding them.")
+        for folder, subfolders, files in os.walk(root):
+            folder = Path(folder)
+            if "sweep.json" in files:
+                sweeps.append(read_sweep(folder))
+                subfolders.clear()  # its trials are reported with the sweep, not mixed into the table
+            elif "run.json" in files:
+                runs.append(read_run(folder))
+                subfolders.clear()
+            else:
+                subfolders.sort()
+    if not runs and not sweeps:
+        raise ReportError(f"no runs found under {', '.join(map(str, paths))} (a run folder holds run.json and "
+                          f"metrics.jsonl, written by examples/train.py).")
+    return runs, sweeps
+
+
+def read_sweep(path: Path, top: int = 3) -> SweepSummary:
+    """A sweep folder's study, with the runs of its ``top`` best complete trials."""
+    from mbrl_offline.tune import load_sweep
+
+    try:
+        study, info = load_sweep(path)
+    except Exception as exc:  # a missing database, a server that is down, a study that was deleted
+        raise ReportError(f"cannot open the study of sweep {path}: {type(exc).__name__}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+    summary = SweepSummary(path, study, info)
+    for trial in best_trials(study)[:top]:
+        trial_dir = path / trial.user_attrs.get("trial_dir", f"trial-{trial.number:04d}")
+        for run_dir in sorted(trial_dir.glob("seed-*")):
+            if (run_dir / "run.json").exists():
+                summary.runs.append(read_run(run_dir, label=f"trial {trial.number}"))
+    return summary
+
+
+def best_trials(study) -> list:
+    from optuna.trial import TrialState
+
+    complete = [t for t in study.get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+    return sorted(complete, key=lambda t: t.value, reverse=True)
+
+
+# ------------------------------------------------------------------------------------------ tables
+def _mean_std(values: list[float]) -> str:
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.1f}"
+    return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
+
+
+def group_runs(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
+    groups: dict[tuple[str, str], list[Run]] = {}
+    for run in sorted(runs, key=lambda r: (r.dataset, r.label, r.info.get("seed", 0))):
+        groups.setdefault((run.dataset, run.label), []).append(run)
+    return groups
+
+
+def score_table(runs: list[Run]) -> str:
+    """Markdown: per dataset and algorithm, the final and last-ten scores (mean ± std over seeds)."""
+    lines = ["| dataset | algorithm | data | seeds | final | last 10 | updates |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for (dataset, label), group in group_runs(runs).items():
+        evaluated = [r for r in group if r.scores]
+        finals = [r.scores[-1] for r in evaluated]
+        last10 = [float(np.mean(r.scores[-10:])) for r in evaluated]
+        updates = sorted({r.steps[-1] for r in evaluated})
+        updates_text = "-" if not updates else (f"{updates[0]:,}" if len(updates) == 1
+                                                else f"{updates[0]:,}-{updates[-1]:,}")
+        seeds = f"{len(evaluated)}" if len(evaluated) == len(group) else f"{len(evaluated)} of {len(group)}"
+        lines.append(f"| {dataset} | {label} | {group[0].info.get('dataset_score', math.nan):.1f} | {seeds} | "
+                     f"{_mean_std(finals)} | {_mean_std(last10)} | {updates_text} |")
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ curves
+def plot_curves(runs: list[Run], out_dir: Path, prefix: str = "curves") -> list[Path]:
+    """One PNG per dataset: each group's mean normalised score over seeds, shaded ±1 std."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_dataset: dict[str, dict[str, list[Run]]] = {}
+    for (dataset, label), group in group_runs([r for r in runs if r.scores]).items():
+        by_dataset.setdefault(dataset, {})[label] = group
+    written = []
+    for dataset, groups in by_dataset.items():
+        fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+        for label, group in groups.items():
+            steps = sorted(set.intersection(*(set(r.steps) for r in group)))  # steps every seed evaluated
+            if not steps:
+                continue
+            curves = np.array([[dict(zip(r.steps, r.scores))[s] for s in steps] for r in group])
+            mean, std = curves.mean(axis=0), curves.std(axis=0)
+            line, = ax.plot(steps, mean, marker="o" if len(steps) < 30 else None, markersize=3,
+                            label=f"{label} ({len(group)} seed{'s' if len(group) > 1 else ''})")
+            if len(group) > 1:
+                ax.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+        data_score = next(iter(groups.values()))[0].info.get("dataset_score")
+        if data_score is not None:
+            ax.axhline(data_score, color="grey", linestyle="--", linewidth=1, label=f"data ({data_score:.1f})")
+        ax.set_title(dataset)
+        ax.set_xlabel("gradient updates")
+        ax.set_ylabel("normalised score (mean ± std over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out_dir / f"{prefix}-{dataset}.png"
+        fig.savefig(path)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+# ------------------------------------------------------------------------------------------ sweeps
+def sweep_section(sweep: SweepSummary, out_dir: Path, index: int) -> str:
+    import optuna
+
+    from mbrl_offline.tune import eval_episodes_used, trial_counts
+
+    study, config = sweep.study, sweep.info.get("config", {})
+    counts = trial_counts(study)
+    objective = config.get("objective", "last10")
+    seeds = config.get("seeds", [])
+    lines = [f"## Sweep `{study.study_name}` ({sweep.path})", "",
+             "Trials: " + ", ".join(f"{n} {state.lower()}" for state, n in sorted(counts.items())) + ". "
+             f"Each trial's value is the {'mean of the last ten evaluations' if objective == 'last10' else 'last evaluation'}"
+             f" of its runs, averaged over {len(seeds)} seed(s) {seeds}.", "",
+             f"**Online evaluation used by the tuning: {eval_episodes_used(study)} episodes in the real env** "
+             f"(every evaluation of every trial, pruned and failed ones included). Scores chosen this way are not "
+             f"purely offline; report this figure beside them.", ""]
+    ranked = best_trials(study)
+    if not ranked:
+        return "\n".join(lines + ["No trial completed.", ""])
+    names = list(ranked[0].params)
+    lines += ["### Best trials", "", "| trial | value | " + " | ".join(f"`{n}`" for n in names) + " |",
+              "| ---: | ---: | " + " | ".join("---" for _ in names) + " |"]
+    for trial in ranked[:10]:
+        lines.append(f"| {trial.number} | {trial.value:.2f} | "
+                     + " | ".join(_format_value(trial.params.get(n)) for n in names) + " |")
+    lines.append("")
+    try:
+        evaluator = optuna.importance.PedAnovaImportanceEvaluator()
+        importances = optuna.importance.get_param_importances(study, evaluator=evaluator)
+        lines += ["### Parameter importances", "",
+                  "PED-ANOVA (Optuna): how far each parameter's values in the best 10% of complete trials are from "
+                  "their spread over all of them; with few trials, a rough guide.", "",
+                  "| parameter | importance |", "| --- | ---: |"]
+        lines += [f"| `{name}` | {value:.3f} |" for name, value in importances.items()]
+    except Exception as exc:  # too few complete trials, or a parameter that never varied
+        lines += [f"Parameter importances: not available ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})."]
+    lines.append("")
+    if sweep.runs:
+        plots = plot_curves(sweep.runs, out_dir, prefix=f"sweep{index}")
+        lines += ["### Learning curves of the best trials", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
+    return "\n".join(lines)
+
+
+def _format_value(value) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+# ------------------------------------------------------------------------------------------ report
+def write_report(paths: list[str | Path], out_dir: str | Path, command: Optional[str] = None) -> Path:
+    """Write ``report.md`` and its PNG figures to ``out_dir``; returns the markdown file's path."""
+    from mbrl_offline.utils import atomic_path
+
+    runs, sweeps = find_runs(paths)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lines = ["# Report", ""]
+    if command:
+        lines += [f"Made by `{command}`.", ""]
+    if runs:
+        lines += ["## Final normalised scores", "",
+                  "Per dataset and algorithm: the last evaluation (final) and the mean of the last ten evaluations "
+                  "(last 10) of each run, as mean ± std over seeds; `data` is the dataset's own mean score.", "",
+                  score_table(runs), "", "## Learning curves", ""]
+        lines += [f"![{p.stem}]({p.name})" for p in plot_curves(runs, out_dir)] + [""]
+    for index, sweep in enumerate(sweeps):
+        lines.append(sweep_section(sweep, out_dir, index))
+    report = out_dir / "report.md"
+    with atomic_path(report) as tmp:
+        tmp.write_text("\n".join(lines))
+    return report
