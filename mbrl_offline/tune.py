@@ -304,7 +304,8 @@ def run_sweep(config: SweepConfig, run_trial: RunTrial, log: Callable[[str], Non
             trial.set_user_attr("interrupted", True)
             retry_interrupted(study, trial)
             raise
-        except optuna.TrialPruned:
+        except optuna.TrialPruned as exc:
+            log(f"trial {trial.number} pruned: {exc}")
             raise
         except Exception as exc:
             trial.set_user_attr("error", f"{type(exc).__name__}: {exc}")

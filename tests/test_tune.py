@@ -165,8 +165,10 @@ def config(tmp_path, **settings):
 
 
 def test_a_trial_reporting_low_scores_is_pruned(tmp_path):
-    study = run_sweep(config(tmp_path), scripted_run([60.0, 50.0, 55.0, 5.0]), log=lambda _: None)
+    lines = []
+    study = run_sweep(config(tmp_path), scripted_run([60.0, 50.0, 55.0, 5.0]), log=lines.append)
     trials = study.get_trials()
+    assert "trial 3 pruned: score 5.0 at epoch 2 of seed 0 is below the pruner's threshold" in lines
     assert [t.state for t in trials] == [TrialState.COMPLETE] * 3 + [TrialState.PRUNED]
     # no pruning before epoch 2, pruned there: 2 evaluations x 2 episodes were used, against 5 x 2
     assert trials[3].user_attrs["eval_episodes"] == 4 and trials[0].user_attrs["eval_episodes"] == 10
