@@ -29,12 +29,18 @@ TINY = ["algo=ravl", "env=pendulum", "algo.hidden_size=16", "algo.rollout.rollou
         "sweep.pruner.name=none"]
 
 
+def interruptible():
+    """Ctrl-C's default in the child even when pytest itself runs with SIGINT ignored (as a background
+    job of a script does, and then Python never turns SIGINT into KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def sweep_cli(tmp_path, *overrides, wait=True, base=TINY):
     command = [sys.executable, str(ROOT / "examples" / "sweep.py"), *base, f"sweep.dir={tmp_path / 'sweep'}", *overrides]
     env = {**os.environ, "MBRL_OFFLINE_CACHE": str(tmp_path / "cache")}
     if not wait:
         return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                cwd=tmp_path)
+                                cwd=tmp_path, preexec_fn=interruptible)
     return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
 
 
