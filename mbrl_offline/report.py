@@ -96,7 +96,7 @@ def find_runs(paths: list[str | Path]) -> tuple[list[Run], list[SweepSummary]]:
 
 def read_sweep(path: Path, top: int = 3) -> SweepSummary:
     """A sweep folder's study, with the runs of its ``top`` best complete trials."""
-    from mbrl_offline.tune import load_sweep
+    from mbrl_offline.tune import load_sweep, trial_dir_name
 
     try:
         study, info = load_sweep(path)
@@ -105,7 +105,7 @@ def read_sweep(path: Path, top: int = 3) -> SweepSummary:
                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
     summary = SweepSummary(path, study, info)
     for trial in best_trials(study)[:top]:
-        trial_dir = path / trial.user_attrs.get("trial_dir", f"trial-{trial.number:04d}")
+        trial_dir = path / trial_dir_name(trial)
         for run_dir in sorted(trial_dir.glob("seed-*")):
             if (run_dir / "run.json").exists():
                 summary.runs.append(read_run(run_dir, label=f"trial {trial.number}"))

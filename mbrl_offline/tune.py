@@ -177,18 +177,36 @@ def override(path: str, value: Any) -> str:
 
 
 # ------------------------------------------------------------------------------------------ storage
-def open_storage(url: Optional[str], sweep_dir: Path, heartbeat_seconds: int, on_interrupted: Callable):
-    """The study's storage: sqlite in ``sweep_dir`` (default), a journal file, or any SQLAlchemy URL."""
-    import optuna
-    from optuna.storages import JournalStorage, RDBStorage
+def storage_location(storage: Optional[str], sweep_dir: Path) -> str:
+    """Where the study lives: the SQLAlchemy URL or journal file of ``sweep.storage`` (sqlite in
+    ``sweep_dir`` when unset), made absolute so that ``sweep.json`` works from any folder."""
+    if storage is None:
+        return f"sqlite:///{(sweep_dir / 'study.db').resolve()}"
+    if _is_journal(storage):
+        return str(Path(storage).expanduser().resolve())
+    return storage
+
+
+def _is_journal(location: str) -> bool:
+    return location.endswith(".journal") and "://" not in location
+
+
+def _journal_storage(path: str):
+    from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    if url is None:
-        sweep_dir.mkdir(parents=True, exist_ok=True)
-        url = f"sqlite:///{(sweep_dir / 'study.db').resolve()}"
-    if url.endswith(".journal") and "://" not in url:
-        Path(url).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(str(Path(url).expanduser())))
+    return JournalStorage(JournalFileBackend(path))
+
+
+def open_storage(location: str, heartbeat_seconds: int, on_interrupted: Callable):
+    """The study's storage at ``location`` (from `storage_location`): a journal file or any SQLAlchemy URL."""
+    import optuna
+    from optuna.storages import RDBStorage
+
+    if _is_journal(location):
+        Path(location).parent.mkdir(parents=True, exist_ok=True)
+        return _journal_storage(location)
+    url = location
     # sqlite: wait for the other workers' writes instead of failing with "database is locked"
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -219,13 +237,12 @@ def redact(url: str) -> str:
 
 def retry_interrupted(study, trial) -> None:
     """Queue a failed-by-interruption trial again: same parameters, same run folder (its runs resume)."""
-    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number,
-                                                  "trial_dir": trial.user_attrs.get("trial_dir",
-                                                                                    trial_dir_name(trial.number))})
+    study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number, "trial_dir": trial_dir_name(trial)})
 
 
-def trial_dir_name(number: int) -> str:
-    return f"trial-{number:04d}"
+def trial_dir_name(trial) -> str:
+    """The folder of a trial's runs in the sweep folder; a retry keeps the folder of the trial it retries."""
+    return trial.user_attrs.get("trial_dir", f"trial-{trial.number:04d}")
 
 
 def counted_trials(study) -> int:
@@ -276,15 +293,18 @@ def run_sweep(config: SweepConfig, run_trial: RunTrial, log: Callable[[str], Non
     import optuna
 
     sweep_dir = Path(config.dir)
-    storage = open_storage(config.storage, sweep_dir, config.heartbeat_seconds, retry_interrupted)
+    if config.storage is None:  # the default sqlite file goes in the sweep folder
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+    location = storage_location(config.storage, sweep_dir)
+    storage = open_storage(location, config.heartbeat_seconds, retry_interrupted)
     study = optuna.create_study(study_name=config.study_name, storage=storage, direction="maximize",
                                 sampler=make_sampler(config), pruner=make_pruner(config), load_if_exists=True)
     _check_same_study(study, config)
-    _write_sweep_file(sweep_dir, config)
+    _write_sweep_file(sweep_dir, location, config)
     worker = f"{socket.gethostname()}:{os.getpid()}"
 
     def objective(trial) -> float:
-        trial_dir = trial.user_attrs.get("trial_dir", trial_dir_name(trial.number))
+        trial_dir = trial_dir_name(trial)
         trial.set_user_attr("trial_dir", trial_dir)
         trial.set_user_attr("worker", worker)
         params = suggest(trial, config.parameters)
@@ -396,23 +416,24 @@ def _grid_done(study, config: SweepConfig) -> bool:
 
 def _check_same_study(study, config: SweepConfig) -> None:
     """A study keeps its search space, seeds and objective: trials made with others are not comparable."""
-    defining = {"space": config.parameters, "seeds": list(config.seeds), "objective": config.objective}
+    # through JSON, as the storage keeps it (tuples become lists)
+    defining = json.loads(json.dumps({"space": config.parameters, "seeds": list(config.seeds),
+                                      "objective": config.objective}))
     stored = study.user_attrs.get("definition")
     if stored is None:
-        study.set_user_attr("definition", json.loads(json.dumps(defining)))
-    elif stored != json.loads(json.dumps(defining)):
-        changed = [k for k in defining if json.loads(json.dumps(defining[k])) != stored.get(k)]
+        study.set_user_attr("definition", defining)
+    elif stored != defining:
+        changed = [k for k in defining if defining[k] != stored.get(k)]
         raise ConfigError(f"study '{config.study_name}' was started with another {' and '.join(changed)}; "
                           f"keep its settings to resume it, or start a new one (sweep.study_name=..., sweep.dir=...).")
 
 
-def _write_sweep_file(sweep_dir: Path, config: SweepConfig) -> None:
+def _write_sweep_file(sweep_dir: Path, location: str, config: SweepConfig) -> None:
     """``sweep.json``: where the study lives, for `report`."""
     from mbrl_offline.utils import atomic_path
 
-    url = config.storage or f"sqlite:///{(sweep_dir / 'study.db').resolve()}"
     with atomic_path(sweep_dir / "sweep.json") as tmp:
-        tmp.write_text(json.dumps({"study_name": config.study_name, "storage": url,
+        tmp.write_text(json.dumps({"study_name": config.study_name, "storage": location,
                                    "config": dataclasses.asdict(config)}, indent=2, default=list))
 
 
@@ -468,7 +489,6 @@ def load_sweep(sweep_dir: str | Path):
     path = Path(sweep_dir) / "sweep.json"
     info = json.loads(path.read_text())
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    url = info["storage"]
-    storage = (optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(url))
-               if url.endswith(".journal") and "://" not in url else url)
+    location = info["storage"]
+    storage = _journal_storage(location) if _is_journal(location) else location
     return optuna.load_study(study_name=info["study_name"], storage=storage), info

@@ -203,6 +203,17 @@ def test_a_resumed_study_draws_what_one_process_would(tmp_path, sampler):
     assert drawn == [t.params["algo.eta"] for t in in_one_go.get_trials()]
 
 
+def test_a_journal_file_study_is_readable_from_any_folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    run_sweep(config(tmp_path, n_trials=2, storage="studies/test.journal"), scripted_run([40.0, 45.0]),
+              log=lambda _: None)
+    assert (tmp_path / "studies" / "test.journal").is_file()
+    monkeypatch.chdir(tmp_path / "sweep")  # as report.py run from elsewhere
+    study, info = load_sweep(tmp_path / "sweep")
+    assert info["storage"] == str(tmp_path / "studies" / "test.journal")
+    assert [t.value for t in study.get_trials()] == [40.0, 45.0]
+
+
 def test_space_is_checked():
     with pytest.raises(ConfigError, match="a categorical parameter needs a non-empty list 'choices'"):
         SweepConfig(space={"algo": {"num_critics": {"type": "categorical", "choices": []}}})
