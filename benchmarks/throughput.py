@@ -1,6 +1,6 @@
 """Throughput of the RAVL pipeline on this machine, at the paper's sizes (hopper: obs 11, act 3).
 
-    python benchmarks/throughput.py [--threads 2] [--device cpu] [--repeats 5]
+    python benchmarks/throughput.py [--threads 2] [--device cpu] [--repeats 5] [--system-malloc]
 
 Prints, each with the matmul FLOPs it does (counted by torch's flop counter on one real call) and the
 fraction of this machine's fp32 matmul peak (1024^3 matmuls, timed in this process before and after):
@@ -36,6 +36,7 @@ from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
 from mbrl_offline.models.termination import never
+from mbrl_offline.utils import keep_freed_memory
 
 OBS, ACT = 11, 3
 
@@ -176,12 +177,16 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--system-malloc", action="store_true",
+                        help="leave glibc's malloc settings alone (training runs call keep_freed_memory on CPU)")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
+    kept = device.type == "cpu" and not args.system_malloc and keep_freed_memory()
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
-    print(f"device: {name}; torch {torch.__version__}")
+    print(f"device: {name}; torch {torch.__version__}; malloc "
+          f"{'keeps freed memory (keep_freed_memory)' if kept else 'as the system sets it'}")
     peak = matmul_peak(device)
     updates, update_flops = bench_updates(device, args.repeats)
     samples, batch_samples, sample_flops = bench_dynamics(device, max(1, args.repeats // 2))

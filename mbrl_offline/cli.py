@@ -192,10 +192,13 @@ def build_trainer(cfg, callbacks=None):
 
     from mbrl_offline import load_dataset
     from mbrl_offline.trainer import Trainer
+    from mbrl_offline.utils import keep_freed_memory
 
     agent_cls, algo_config, trainer_config, env = resolve_train_config(cfg)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
+    if cfg.keep_freed_memory and torch.device(cfg.device).type == "cpu":
+        keep_freed_memory()
     dataset = load_dataset(cfg.env.dataset or env.default_dataset, env=env.name)
     print(f"{agent_cls.__name__} on {dataset.source} ({len(dataset)} transitions, data score "
           f"{dataset.summary()['normalized_score_mean']:.1f}); run folder {trainer_config.run_dir}", flush=True)

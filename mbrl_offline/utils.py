@@ -1,7 +1,10 @@
 """Small helpers shared across the library."""
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,3 +41,30 @@ def progress_bar(**kwargs):
     from tqdm.auto import tqdm
 
     return tqdm(mininterval=0.5, dynamic_ncols=True, **kwargs)
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc keep freed memory for reuse instead of giving it back to the OS; returns
+    whether it could (only on Linux with glibc). Process-wide; call it once at the start of CPU training.
+
+    Why: torch on CPU allocates each activation and gradient afresh. By default glibc serves blocks
+    above a threshold that adapts up to 32 MiB from the heap, but gives the top of the heap back to
+    the OS whenever more than twice that threshold is free there, so the next update's tensors fault
+    their pages in again. A RAVL update (10 critics of 3x256, batch 256) took 1,900 page faults and
+    4.6 ms of system time; with the heap kept (mmap threshold fixed at 32 MiB, trim threshold 1 GiB)
+    0.06 faults, and 49.2 instead of 52.4 ms per update on this project's 2-core CPU. The cost: the
+    process keeps its peak heap (up to 1 GiB of free memory) instead of returning it. This is what
+    the environment variables MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_ set at start-up;
+    PyTorch's CPU tuning guide suggests another allocator (jemalloc, tcmalloc) for the same reason.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # another C library (musl) or none found
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3  # from glibc's malloc.h
+    # Both at once: setting either one alone turns off the adaptive threshold and leaves the other
+    # at its default, which made every large block a fresh mmap (24,000 faults per update).
+    return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))

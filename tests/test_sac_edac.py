@@ -1,7 +1,10 @@
 """The SAC-N/EDAC core: the explicit action gradient and diversity term against autograd, inits."""
 import torch
 
+import pytest
+
 from mbrl_offline.algorithms.sac import SAC, SACConfig
+from mbrl_offline.models.ensemble import EnsembleLinear
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor
 
 
@@ -16,6 +19,23 @@ def corl_diversity(critic: CriticEnsemble, obs, actions):
     grad = grad.transpose(0, 1)
     products = (1 - torch.eye(n)).unsqueeze(0) * (grad @ grad.permute(0, 2, 1))
     return products.sum(dim=(1, 2)).mean() / (n - 1)
+
+
+@pytest.mark.parametrize("out_features", [1, 5])  # one output column has its own product-and-sum path
+@pytest.mark.parametrize("shared_input", [True, False])
+def test_ensemble_linear_matches_each_members_affine_map(out_features, shared_input):
+    torch.manual_seed(0)
+    layer = EnsembleLinear(7, out_features, ensemble_size=4)
+    x = torch.randn(16, 7) if shared_input else torch.randn(4, 16, 7)
+    x.requires_grad_(True)
+    out = layer(x)
+    expected = torch.stack([(x if shared_input else x[i]) @ layer.weight[i] + layer.bias[i] for i in range(4)])
+    torch.testing.assert_close(out, expected)
+    upstream = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (x, layer.weight, layer.bias), upstream)
+    expected_grads = torch.autograd.grad(expected, (x, layer.weight, layer.bias), upstream)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad)
 
 
 def test_explicit_action_gradient_matches_autograd():

@@ -35,6 +35,12 @@ class EnsembleLinear(nn.Module):
     def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
         """``members`` (indices) evaluates only those members; ``x`` then has ``len(members)`` rows first."""
         weight, bias = (self.weight, self.bias) if members is None else (self.weight[members], self.bias[members])
+        if self.out_features == 1:
+            # One output column makes bmm a batched matrix-vector product, which CPU BLAS runs slowly:
+            # for (10, 256, 256) inputs 415 us forward, and 518 us for the weight gradient a^T dq,
+            # against 80 us and 40 us as a product and a sum (autograd forward and backward: 414
+            # against 795 us on this project's 2-core CPU).
+            return (x * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
         if x.dim() == 2:  # a shared input: a stride-0 view, no copy per member
             x = x.expand(weight.shape[0], *x.shape)
         return torch.baddbmm(bias, x, weight)
@@ -182,12 +188,20 @@ def member_matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, add: Opti
 
     On a CPU, torch runs ``bmm`` with one member per thread at a time, so with N not a multiple of
     the thread count the last round leaves threads idle: on 2 threads 7 members of (256, 200) @
-    (200, 200) take as long as 8 (0.96 ms both). The leftover members run as single ``mm`` calls
-    instead, each spread over all threads (6 + 1: 0.92-0.94 ms against 0.99 ms for the 7-member
-    ``bmm``, measured on this project's 2-core CPU). Elsewhere it is one ``bmm``.
+    (200, 200) take as long as 8 (0.96 ms both). The leftover members of such large products run as
+    single ``mm`` calls instead, each spread over all threads (6 + 1: 0.92-0.94 ms against 0.99 ms
+    for the 7-member ``bmm``, measured on this project's 2-core CPU). Small products (below 2^22
+    multiply-adds per member, e.g. the dynamics model's 14-input layer and 24-output head) lose
+    more to the extra calls than they gain (87 against 72 us), so they, and all GPU products, are
+    one ``bmm``.
     """
     members, threads = a.shape[0], torch.get_num_threads()
-    leftover = members % threads if a.device.type == "cpu" and members > threads else 0
+    large = a.shape[1] * a.shape[2] * b.shape[2] >= 1 << 22
+    leftover = members % threads if a.device.type == "cpu" and members > threads and large else 0
+    if not leftover:
+        if add is None:
+            return torch.bmm(a, b, out=out)
+        return torch.baddbmm(add, a, b, beta=beta, out=out)
     batched = members - leftover
     parts = [(slice(0, batched), torch.bmm, torch.baddbmm)] + [(i, torch.mm, torch.addmm) for i in range(batched, members)]
     for part, product, product_plus in parts:
@@ -227,7 +241,9 @@ class _ReLUValueAndInputGradient(torch.autograd.Function):
         activations = [torch.baddbmm(biases[0], x.expand(members, *x.shape), weights[0]).relu_()]
         for weight, bias in zip(weights[1:-1], biases[1:-1]):
             activations.append(torch.baddbmm(bias, activations[-1], weight).relu_())
-        q = torch.baddbmm(biases[-1], activations[-1], weights[-1]).squeeze(-1)
+        # q = a_L w + b_out as (w^T a_L^T)^T: with one output column, bmm would be a slow batched
+        # matrix-vector product on CPU (see EnsembleLinear.forward)
+        q = torch.baddbmm(biases[-1], weights[-1].transpose(1, 2), activations[-1].transpose(1, 2)).squeeze(1)
         out_weight = weights[-1].transpose(1, 2)  # (N, 1, H)
         path = [_mask(out_weight.expand_as(activations[-1]), activations[-1])]  # g_L, ..., g_1
         for weight, activation in zip(reversed(weights[1:-1]), reversed(activations[:-1])):
@@ -256,7 +272,7 @@ class _ReLUValueAndInputGradient(torch.autograd.Function):
             dbiases = [torch.zeros_like(b) for b in params[1::2]]
         else:
             dq = dq.unsqueeze(-1)  # (N, B, 1)
-            dweights[-1] = torch.bmm(activations[-1].transpose(1, 2), dq)
+            dweights[-1] = torch.bmm(dq.transpose(1, 2), activations[-1]).transpose(1, 2).contiguous()  # (dq^T a_L)^T
             dbiases[-1] = dq.sum(1, keepdim=True)
             upstream = dq * weights[-1].transpose(1, 2)  # (N, B, H)
             for i in range(len(activations) - 1, -1, -1):
@@ -270,7 +286,7 @@ class _ReLUValueAndInputGradient(torch.autograd.Function):
         # Input gradient g: back along g_1 .. g_L.
         if dgrad is not None:
             columns = ctx.columns
-            dweights[0][:, columns, :].baddbmm_(dgrad.transpose(1, 2), path[0])
+            dweights[0][:, columns, :] += torch.bmm(dgrad.transpose(1, 2), path[0])  # baddbmm_ into the strided slice: 215 against 105 us
             error = _mask(torch.bmm(dgrad, weights[0][:, columns, :]), activations[0])  # e_1
             for i in range(1, len(activations)):
                 dweights[i].baddbmm_(error.transpose(1, 2), path[i])
