@@ -336,9 +336,17 @@ class _SiLUEnsembleTrainingStep:
     (7, 256, 12) tensor about 45 us). Here a batch is matmuls into kept buffers (`member_matmul`),
     a few elementwise passes per layer and in-place ops on the head. Measured on the 2-core CPU,
     alternating with autograd in one process: 13.3 against 15.3 ms per batch (median of 8 runs of 60
-    batches). The forward keeps silu'(h) = s + h s (1 - s), s = sigmoid(h), so that the backward is one
-    product: one exp per element and layer instead of two (torch's silu and silu_backward each take
-    one), 288 against 377 us per (7, 256, 200) layer.
+    batches). The forward keeps silu'(h) = s + h s (1 - s) = a + s (1 - a), s = sigmoid(h), a = h s, so
+    that the backward is one product: one exp per element and layer instead of two (torch's silu and
+    silu_backward each take one), 288 against 377 us per (7, 256, 200) layer; as one ``lerp`` it takes
+    a single pass (56 against 105 us for sigmoid_backward and an add on a (10, 256, 256) tensor), and
+    `fit`'s training batches ran at 20.3-20.8k against 19.5-20.1k samples/s in alternating processes.
+
+    `torch.compile` does not help here. Compiling this buffered step made it slower (13.8 against
+    11.7 ms per batch: every write into a kept buffer became a copy); the same maths written without
+    buffers compiled to 11.4-11.6 against 11.9-12.2 ms per batch alone, but inside `fit`, with Adam
+    reading freshly allocated gradients, it ran at 19.8-20.9k against 19.7-20.4k samples/s: no gain
+    worth a compiler dependency and seconds of compilation per run.
 
     Backward, with h_l = a_{l-1} W_l + b_l, a_l = silu(h_l) and the head's mean mu and raw
     log-variance r, soft-clamped as v = max - r, l1 = max - softplus(v), u = l1 - min,
@@ -359,7 +367,8 @@ class _SiLUEnsembleTrainingStep:
 
         self.inputs = buffer(model.obs_dim + model.act_dim)
         self.targets = buffer(model.obs_dim + 1)
-        self.pre_activation, self.sigmoid = buffer(width), buffer(width)
+        self.pre_activation = buffer(width)
+        self.one = like.new_ones(())
         self.activations = [buffer(width) for _ in model.hidden]
         self.silu_derivatives = [buffer(width) for _ in model.hidden]
         self.head_out = buffer(2 * (model.obs_dim + 1))
@@ -380,14 +389,15 @@ class _SiLUEnsembleTrainingStep:
         torch.index_select(inputs, 0, rows, out=self.inputs.view(members * batch_size, -1))
         torch.index_select(targets, 0, rows, out=self.targets.view(members * batch_size, -1))
 
-        below, pre, sig = self.inputs, self.pre_activation, self.sigmoid
+        below, pre = self.inputs, self.pre_activation
         for layer, act, derivative in zip(model.hidden, self.activations, self.silu_derivatives):
             pre.copy_(layer.bias.expand_as(pre))
             member_matmul(below, layer.weight, pre, add=pre)
-            torch.sigmoid(pre, out=sig)
+            sig = torch.sigmoid(pre, out=derivative)
             torch.mul(pre, sig, out=act)
-            # silu'(h) = s + h s (1 - s), kept for the backward: one exp per layer instead of two
-            torch.ops.aten.sigmoid_backward.grad_input(pre, sig, grad_input=derivative).add_(sig)
+            # silu'(h) = s + h s (1 - s) = a + s (1 - a), kept for the backward: one exp per layer
+            # instead of two, and one pass (lerp) instead of two
+            torch.lerp(act, self.one, sig, out=derivative)
             below = act
         head = self.head_out
         head.copy_(model.head.bias.expand_as(head))
