@@ -13,6 +13,13 @@ warnings.filterwarnings("ignore", message=".*eval_env.*")
 torch.set_num_threads(1)
 
 
+@pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device (these variants run on a GPU machine)"))])
+def device(request) -> str:
+    """Runs a test on the CPU, and again on CUDA where there is a GPU."""
+    return request.param
+
+
 def rollout_dataset(env_name: str = "hopper", steps: int = 300, max_episode_steps: int = 25, seed: int = 0) -> OfflineDataset:
     """Random-action transitions from the real env; short time limits give both terminals and timeouts."""
     info = get_env_info(env_name)

@@ -39,23 +39,24 @@ def test_members_are_independent_networks_computed_in_one_batch():
     assert (logvar <= model.max_logvar).all() and (logvar >= model.min_logvar).all()
 
 
-def test_fit_recovers_mean_and_noise_of_known_dynamics():
+def test_fit_recovers_mean_and_noise_of_known_dynamics(device):
     data = linear_gaussian_data()
     torch.manual_seed(0)
     model = GaussianEnsembleDynamics(3, 1, SMALL)
-    log = model.fit(data, progress=False)
-    assert 5 < len(log) <= SMALL.max_epochs
+    log = model.fit(data, device, progress=False)
+    assert 5 < len(log) <= SMALL.max_epochs and model.head.weight.device.type == device
     obs, act = torch.as_tensor(data.observations[:500]), torch.as_tensor(data.actions[:500])
     with torch.no_grad():
-        mean, logvar = model.predict(obs, act)
+        mean, logvar = (t.cpu() for t in model.predict(obs.to(device), act.to(device)))
     target_delta = torch.as_tensor(data.next_observations[:500] - data.observations[:500])
-    elite_mean = mean[model.elites].mean(0)
+    elites = model.elites.cpu()
+    elite_mean = mean[elites].mean(0)
     # The mean error is the irreducible noise plus a little model error...
     assert (elite_mean[:, :3] - target_delta).pow(2).mean() < 1.5 * NOISE ** 2
     reward_rmse = (elite_mean[:, 3] - torch.as_tensor(data.rewards[:500])).pow(2).mean().sqrt()
     assert reward_rmse < 0.05  # rewards are noise-free
     # ...and the learned variance of the state change is the noise variance.
-    predicted_var = logvar[model.elites][..., :3].exp().mean()
+    predicted_var = logvar[elites][..., :3].exp().mean()
     assert 0.5 * NOISE ** 2 < predicted_var < 2 * NOISE ** 2
 
 
@@ -73,15 +74,17 @@ def test_early_stopping_stops_before_the_cap():
     assert len(log) < 1000
 
 
-def test_save_and_load_give_the_same_predictions(tmp_path):
+def test_save_and_load_give_the_same_predictions(tmp_path, device):
+    """A model trained on any device loads onto the CPU (the default) with the same predictions."""
     model = GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, max_epochs=3))
-    model.fit(linear_gaussian_data(n=1000), progress=False)
+    model.fit(linear_gaussian_data(n=1000), device, progress=False)
     path = model.save(tmp_path / "model.pt")
     loaded = GaussianEnsembleDynamics.load(path)
+    assert loaded.head.weight.device.type == "cpu"
     x_obs, x_act = torch.randn(7, 3), torch.randn(7, 1)
-    for a, b in zip(model.predict(x_obs, x_act), loaded.predict(x_obs, x_act)):
-        torch.testing.assert_close(a, b)
-    assert loaded.config == model.config and torch.equal(loaded.elites, model.elites)
+    for a, b in zip(model.predict(x_obs.to(device), x_act.to(device)), loaded.predict(x_obs, x_act)):
+        torch.testing.assert_close(a.cpu(), b)
+    assert loaded.config == model.config and torch.equal(loaded.elites, model.elites.cpu())
     assert loaded.train_log == model.train_log
     assert [p.name for p in tmp_path.iterdir()] == ["model.pt"]
 
@@ -141,7 +144,7 @@ def test_fingerprint_depends_on_transitions_only():
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_hand_written_training_step_matches_autograd(threads):
+def test_hand_written_training_step_matches_autograd(threads, device):
     """Loss and every gradient (weight decay included) as autograd gives them, with an odd member
     count so that `member_matmul` also runs its leftover members as separate matmuls."""
     from mbrl_offline.models.dynamics import _SiLUEnsembleTrainingStep
@@ -153,8 +156,9 @@ def test_hand_written_training_step_matches_autograd(threads):
         model.max_logvar.uniform_(-0.5, 0.5)
         model.min_logvar.uniform_(-1.5, -1.0)
         model.head.weight.mul_(5.0)
-    inputs, targets = torch.randn(100, 5), torch.randn(100, 4)
-    batch = torch.randint(0, 100, (5, 16))
+    model.to(device)
+    inputs, targets = torch.randn(100, 5, device=device), torch.randn(100, 4, device=device)
+    batch = torch.randint(0, 100, (5, 16), device=device)
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:

@@ -52,10 +52,10 @@ def small(agent_cls, **settings):
                                dynamics=DYNAMICS, **settings)
 
 
-def assert_beats_the_data(agent_cls, config, data, model_cache, tmp_path):
+def assert_beats_the_data(agent_cls, config, data, model_cache, tmp_path, device="cpu"):
     data_score = data.summary()["normalized_score_mean"]
     torch.manual_seed(0)
-    agent = agent_cls.for_dataset(data, config, cache_dir=model_cache, progress=False)
+    agent = agent_cls.for_dataset(data, config, device, cache_dir=model_cache, progress=False)
     trainer = Trainer(agent, data, TrainerConfig(epochs=60, updates_per_epoch=250, eval_every=4, eval_episodes=10,
                                                  run_dir=str(tmp_path / "run"), progress=False, tensorboard=False))
     trainer.train()
@@ -65,8 +65,8 @@ def assert_beats_the_data(agent_cls, config, data, model_cache, tmp_path):
                                       f"{[round(s, 1) for s in scores]}); data {data_score:.1f}")
 
 
-def test_ravl_beats_its_dataset_on_pendulum(data, model_cache, tmp_path):
-    assert_beats_the_data(RAVL, small(RAVL), data, model_cache, tmp_path)
+def test_ravl_beats_its_dataset_on_pendulum(data, model_cache, tmp_path, device):
+    assert_beats_the_data(RAVL, small(RAVL), data, model_cache, tmp_path, device)
 
 
 def test_mopo_beats_its_dataset_on_pendulum(data, model_cache, tmp_path):

@@ -23,11 +23,12 @@ def constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2)):
     return model
 
 
-def test_step_uses_a_uniformly_random_elite_per_row_and_matches_the_all_member_path():
-    model = constant_model()
-    obs, act = torch.zeros(20_000, 3), torch.zeros(20_000, 1)
-    grouped = model.step(obs, act, torch.Generator().manual_seed(0))
-    full = model.step(obs, act, torch.Generator().manual_seed(0), uncertainty=True)
+def test_step_uses_a_uniformly_random_elite_per_row_and_matches_the_all_member_path(device):
+    model = constant_model().to(device)
+    obs, act = torch.zeros(20_000, 3, device=device), torch.zeros(20_000, 1, device=device)
+    grouped = model.step(obs, act, torch.Generator(device).manual_seed(0))
+    full = model.step(obs, act, torch.Generator(device).manual_seed(0), uncertainty=True)
+    grouped, full = ({k: v.cpu() for k, v in out.items()} for out in (grouped, full))
     torch.testing.assert_close(grouped["next_observations"], full["next_observations"])
     torch.testing.assert_close(grouped["rewards"], full["rewards"])
     members = grouped["rewards"].round()
@@ -40,10 +41,10 @@ def test_step_uses_a_uniformly_random_elite_per_row_and_matches_the_all_member_p
     assert torch.allclose(full["aleatoric"], torch.full((20_000,), (4 * torch.tensor(-25.0).exp()) ** 0.5))
 
 
-def test_rollouts_run_horizon_steps_and_stop_at_terminals():
-    model = constant_model(obs_dim=11, act_dim=3, elites=(0,))  # every step adds 1 to each observation dim
-    policy = lambda obs: torch.zeros(len(obs), 3)  # noqa: E731
-    starts = torch.zeros(100, 11)
+def test_rollouts_run_horizon_steps_and_stop_at_terminals(device):
+    model = constant_model(obs_dim=11, act_dim=3, elites=(0,)).to(device)  # every step adds 1 to each dim
+    policy = lambda obs: torch.zeros(len(obs), 3, device=device)  # noqa: E731
+    starts = torch.zeros(100, 11, device=device)
     starts[:50, 0] = 1.25  # hopper height healthy ...
     starts[:50, 1] = -1.0  # ... angle becomes 0 after one step, 1 after two: terminal at step 2
     starts[50:, 0] = -5.0  # height -4 after one step: terminal at step 1
@@ -77,15 +78,16 @@ def test_start_states_are_drawn_without_replacement():
 def fill(buffer: TransitionBuffer, reward: float, n: int) -> None:
     buffer.add(observations=torch.zeros(n, 2), actions=torch.zeros(n, 1), rewards=torch.full((n,), reward),
                next_observations=torch.zeros(n, 2), terminals=torch.zeros(n, dtype=torch.bool),
-               timeouts=torch.zeros(n, dtype=torch.bool))
+               timeouts=torch.zeros(n, dtype=torch.bool))  # from the CPU, as the trainer adds a dataset
 
 
-def test_mixed_batches_take_the_real_ratio_from_real_data():
-    real, synthetic = TransitionBuffer(100, 2, 1), TransitionBuffer(100, 2, 1)
+def test_mixed_batches_take_the_real_ratio_from_real_data(device):
+    real, synthetic = TransitionBuffer(100, 2, 1, device), TransitionBuffer(100, 2, 1, device)
     fill(real, 1.0, 100)
     assert (sample_mixed(real, synthetic, 256, 0.05)["rewards"] == 1).all()  # nothing synthetic yet: all real
     fill(synthetic, -1.0, 100)
-    batch = sample_mixed(real, synthetic, 256, 0.05, torch.Generator().manual_seed(0))
+    batch = sample_mixed(real, synthetic, 256, 0.05, torch.Generator(device).manual_seed(0))
+    assert batch["rewards"].device.type == device
     assert (batch["rewards"] == 1).sum() == 12 and (batch["rewards"] == -1).sum() == 244  # int(0.05 * 256) as RAVL
     assert torch.equal(batch["synthetic"], batch["rewards"] == -1)  # MOBILE penalises these rows only
     only_synthetic = sample_mixed(real, synthetic, 64, 0.0)

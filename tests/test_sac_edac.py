@@ -17,16 +17,22 @@ def corl_diversity(critic: CriticEnsemble, obs, actions):
     grad = torch.autograd.grad(q.sum(), act_n, create_graph=True)[0]
     grad = grad / (grad.norm(p=2, dim=2, keepdim=True) + 1e-10)
     grad = grad.transpose(0, 1)
-    products = (1 - torch.eye(n)).unsqueeze(0) * (grad @ grad.permute(0, 2, 1))
+    products = (1 - torch.eye(n, device=obs.device)).unsqueeze(0) * (grad @ grad.permute(0, 2, 1))
     return products.sum(dim=(1, 2)).mean() / (n - 1)
+
+
+def random_batch(rows: int, device: str) -> dict[str, torch.Tensor]:
+    return {"observations": torch.randn(rows, 4, device=device), "actions": torch.rand(rows, 2, device=device) * 2 - 1,
+            "rewards": torch.randn(rows, device=device), "next_observations": torch.randn(rows, 4, device=device),
+            "terminals": torch.zeros(rows, dtype=torch.bool, device=device)}
 
 
 @pytest.mark.parametrize("out_features", [1, 5])  # one output column has its own product-and-sum path
 @pytest.mark.parametrize("shared_input", [True, False])
-def test_ensemble_linear_matches_each_members_affine_map(out_features, shared_input):
+def test_ensemble_linear_matches_each_members_affine_map(out_features, shared_input, device):
     torch.manual_seed(0)
-    layer = EnsembleLinear(7, out_features, ensemble_size=4)
-    x = torch.randn(16, 7) if shared_input else torch.randn(4, 16, 7)
+    layer = EnsembleLinear(7, out_features, ensemble_size=4).to(device)
+    x = torch.randn(16, 7, device=device) if shared_input else torch.randn(4, 16, 7, device=device)
     x.requires_grad_(True)
     out = layer(x)
     expected = torch.stack([(x if shared_input else x[i]) @ layer.weight[i] + layer.bias[i] for i in range(4)])
@@ -38,10 +44,10 @@ def test_ensemble_linear_matches_each_members_affine_map(out_features, shared_in
         torch.testing.assert_close(grad, expected_grad)
 
 
-def test_explicit_action_gradient_matches_autograd():
+def test_explicit_action_gradient_matches_autograd(device):
     torch.manual_seed(0)
-    critic = CriticEnsemble(5, 3, num_critics=4, hidden_size=32, hidden_layers=3, init="edac")
-    obs, actions = torch.randn(64, 5), torch.rand(64, 3) * 2 - 1
+    critic = CriticEnsemble(5, 3, num_critics=4, hidden_size=32, hidden_layers=3, init="edac").to(device)
+    obs, actions = torch.randn(64, 5, device=device), torch.rand(64, 3, device=device) * 2 - 1
     q, grad = critic.q_and_action_gradient(obs, actions)
     act = actions.unsqueeze(0).repeat(4, 1, 1).requires_grad_(True)
     q_ref = critic(obs.unsqueeze(0).repeat(4, 1, 1), act)
@@ -50,13 +56,13 @@ def test_explicit_action_gradient_matches_autograd():
     torch.testing.assert_close(grad, grad_ref)
 
 
-def test_critic_loss_gradients_match_corl_double_backward():
+def test_critic_loss_gradients_match_corl_double_backward(device):
     """Our critic loss (TD + eta * diversity) has the same value and weight gradients as CORL's."""
     torch.manual_seed(1)
     cfg = SACConfig(num_critics=5, eta=1.0, hidden_size=32, hidden_layers=3, init="edac")
-    agent = SAC(4, 2, -torch.ones(2), torch.ones(2), cfg)
-    obs, actions = torch.randn(128, 4), torch.rand(128, 2) * 2 - 1
-    target = torch.randn(128)
+    agent = SAC(4, 2, -torch.ones(2), torch.ones(2), cfg, device)
+    obs, actions = torch.randn(128, 4, device=device), torch.rand(128, 2, device=device) * 2 - 1
+    target = torch.randn(128, device=device)
 
     def ours():
         q, grad = agent.critic.q_and_action_gradient(obs, actions)
@@ -76,11 +82,10 @@ def test_critic_loss_gradients_match_corl_double_backward():
         torch.testing.assert_close(g_ours, g_corl, rtol=1e-4, atol=1e-6)
 
 
-def test_update_reports_finite_metrics_and_changes_weights():
+def test_update_reports_finite_metrics_and_changes_weights(device):
     torch.manual_seed(2)
-    agent = SAC(4, 2, -torch.ones(2), torch.ones(2), SACConfig(num_critics=3, eta=0.5, hidden_size=16))
-    batch = {"observations": torch.randn(32, 4), "actions": torch.rand(32, 2) * 2 - 1, "rewards": torch.randn(32),
-             "next_observations": torch.randn(32, 4), "terminals": torch.zeros(32, dtype=torch.bool)}
+    agent = SAC(4, 2, -torch.ones(2), torch.ones(2), SACConfig(num_critics=3, eta=0.5, hidden_size=16), device)
+    batch = random_batch(32, device)
     before = [p.clone() for p in agent.critic.parameters()]
     metrics = agent.update(batch)
     assert {"critic_loss", "diversity_loss", "actor_loss", "alpha", "q_mean", "q_std", "entropy"} <= set(metrics)
@@ -128,16 +133,16 @@ def test_value_and_input_gradient_backward_passes_gradcheck():
         assert torch.autograd.gradcheck(lambda *w: q_and_grad(*w)[1], weights)
 
 
-def test_actor_step_through_explicit_action_gradient_matches_autograd():
+def test_actor_step_through_explicit_action_gradient_matches_autograd(device):
     """The actor's surrogate loss -<a, dQ_min/da> gives the same gradients as autograd through the critic
     (gradients, not weights, are compared: Adam's first step hardly depends on their size)."""
     import copy
 
     torch.manual_seed(4)
-    agent = SAC(4, 2, -torch.ones(2), torch.ones(2), SACConfig(num_critics=5, eta=1.0, hidden_size=32, hidden_layers=3))
+    agent = SAC(4, 2, -torch.ones(2), torch.ones(2), SACConfig(num_critics=5, eta=1.0, hidden_size=32, hidden_layers=3),
+                device)
     reference = copy.deepcopy(agent)
-    batch = {"observations": torch.randn(64, 4), "actions": torch.rand(64, 2) * 2 - 1, "rewards": torch.randn(64),
-             "next_observations": torch.randn(64, 4), "terminals": torch.zeros(64, dtype=torch.bool)}
+    batch = random_batch(64, device)
     torch.manual_seed(5)
     metrics = agent.update(batch)
     # Autograd on the untouched copy: the same action sample (the update draws it first) and the alpha
@@ -153,12 +158,12 @@ def test_actor_step_through_explicit_action_gradient_matches_autograd():
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-7)
 
 
-def test_lowest_member_gradient_matches_autograd_through_min():
+def test_lowest_member_gradient_matches_autograd_through_min(device):
     """Rows grouped by their lowest critic give that critic's value and action gradient, whether the
     lowest critic varies from row to row or one critic is lowest everywhere."""
     torch.manual_seed(6)
-    critic = CriticEnsemble(5, 3, num_critics=4, hidden_size=32, hidden_layers=3)
-    obs, actions = torch.randn(64, 5), torch.rand(64, 3) * 2 - 1
+    critic = CriticEnsemble(5, 3, num_critics=4, hidden_size=32, hidden_layers=3).to(device)
+    obs, actions = torch.randn(64, 5, device=device), torch.rand(64, 3, device=device) * 2 - 1
     for offset in (0.0, 100.0):
         with torch.no_grad():
             critic.net.linears[-1].bias[0] -= offset  # 100: critic 0 is the lowest on every row
@@ -168,3 +173,33 @@ def test_lowest_member_gradient_matches_autograd_through_min():
         (grad_ref,) = torch.autograd.grad(q_ref.sum(), act)
         torch.testing.assert_close(q_min, q_ref)
         torch.testing.assert_close(grad, grad_ref)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (this test runs on a GPU machine)")
+def test_cuda_graph_replays_do_what_eager_updates_do():
+    """Warm-up updates, the recording, replays, and the recordings again after a learning-rate change
+    and after `load_state_dict`, against the same agent run eagerly (same capturable optimisers)."""
+    config = SACConfig(num_critics=5, eta=1.0, hidden_size=32, hidden_layers=3, actor_lr_cosine=True)
+    graphed, eager = (SAC(4, 2, -torch.ones(2), torch.ones(2), config, "cuda") for _ in range(2))
+    eager.load_state_dict(graphed.state_dict())
+    eager.graphed = False  # the same agent, optimisers included, with its graph turned off
+    batches = [random_batch(64, "cuda") for _ in range(12)]
+
+    def run(agent):
+        torch.manual_seed(8)
+        metrics = []
+        for i, batch in enumerate(batches):
+            if i == 6:
+                agent.on_epoch_end(1, 4)  # a new actor learning rate
+            if i == 9:
+                agent.load_state_dict(agent.state_dict())
+            metrics.append(agent.update(batch))
+        return metrics
+
+    for ours, reference in zip(run(graphed), run(eager)):
+        for key in reference:
+            torch.testing.assert_close(ours[key], reference[key], msg=key)
+    assert graphed._graph is not None
+    for module in ("actor", "critic", "target_critic"):
+        for ours, reference in zip(getattr(graphed, module).parameters(), getattr(eager, module).parameters()):
+            torch.testing.assert_close(ours, reference)

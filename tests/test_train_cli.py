@@ -19,8 +19,9 @@ def run(script, *overrides, tmp_path):
                           text=True, timeout=300, env=env, cwd=tmp_path)
 
 
-def test_train_then_evaluate(tmp_path):
-    result = run("train.py", *TINY, f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
+def test_train_then_evaluate(tmp_path, device):
+    """Trains on ``device``; evaluation, on the CPU by default, reads the checkpoint wherever it was trained."""
+    result = run("train.py", *TINY, f"device={device}", f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "RAVL on bundled:pendulum-medium" in result.stdout and "final normalised score" in result.stdout
     assert (tmp_path / "run" / "checkpoint.pt").exists() and list((tmp_path / "cache" / "dynamics").glob("*.pt"))
@@ -28,11 +29,11 @@ def test_train_then_evaluate(tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr
     assert "ravl on Pendulum-v1, epoch 2, 2 episodes: return" in evaluated.stdout
 
-    again = run("train.py", *TINY, f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
+    again = run("train.py", *TINY, f"device={device}", f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
     assert again.returncode == 2 and again.stderr.strip().endswith(
         "already holds a run (checkpoint.pt); pass resume=true to continue it, or choose another run_dir.")
-    resumed = run("train.py", *TINY, "trainer.epochs=3", "resume=true", f"trainer.run_dir={tmp_path / 'run'}",
-                  tmp_path=tmp_path)
+    resumed = run("train.py", *TINY, "trainer.epochs=3", "resume=true", f"device={device}",
+                  f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
 
 
@@ -76,8 +77,9 @@ def test_evaluate_reports_a_missing_or_broken_checkpoint(tmp_path):
     ("coplanner", ["algo.rollout.upmpc.candidates=2", "algo.rollout.upmpc.horizon=2"]),
     ("ravl", ["algo.true_dynamics=true", "algo.rollout.planner=upmpc"]),  # any generator with any agent
 ])
-def test_every_algo_trains_and_evaluates_from_the_command_line(tmp_path, algo, extra):
-    result = run("train.py", f"algo={algo}", *TINY, *extra, f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
+def test_every_algo_trains_and_evaluates_from_the_command_line(tmp_path, algo, extra, device):
+    result = run("train.py", f"algo={algo}", *TINY, *extra, f"device={device}", f"trainer.run_dir={tmp_path / 'run'}",
+                 tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "final normalised score" in result.stdout
     evaluated = run("evaluate.py", f"checkpoint={tmp_path / 'run' / 'checkpoint.pt'}", "episodes=1", tmp_path=tmp_path)

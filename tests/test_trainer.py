@@ -1,6 +1,7 @@
 """The shared trainer: exact resume, checkpoints, the divergence guard and logs."""
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -23,20 +24,20 @@ def data():
     return load_dataset("pendulum-medium").subset(range(2000))
 
 
-def make_trainer(data, run_dir, cache, epochs=4, config=TINY, **trainer_settings):
+def make_trainer(data, run_dir, cache, epochs=4, config=TINY, device="cpu", **trainer_settings):
     torch.manual_seed(0)
-    agent = RAVL.for_dataset(data, config, cache_dir=cache, progress=False)
+    agent = RAVL.for_dataset(data, config, device, cache_dir=cache, progress=False)
     settings = dict(epochs=epochs, updates_per_epoch=10, eval_every=2, eval_episodes=1, checkpoint_every=1,
                     run_dir=str(run_dir), progress=False, tensorboard=False)
     return Trainer(agent, data, TrainerConfig(**{**settings, **trainer_settings}))
 
 
-def test_resumed_run_equals_an_uninterrupted_one(data, tmp_path):
-    straight = make_trainer(data, tmp_path / "straight", tmp_path / "cache")
+def test_resumed_run_equals_an_uninterrupted_one(data, tmp_path, device):
+    straight = make_trainer(data, tmp_path / "straight", tmp_path / "cache", device=device)
     straight.train()
-    first = make_trainer(data, tmp_path / "resumed", tmp_path / "cache", epochs=2)  # "stops" after 2 epochs
+    first = make_trainer(data, tmp_path / "resumed", tmp_path / "cache", epochs=2, device=device)  # "stops" here
     first.train()
-    resumed = make_trainer(data, tmp_path / "resumed", tmp_path / "cache", epochs=4)
+    resumed = make_trainer(data, tmp_path / "resumed", tmp_path / "cache", epochs=4, device=device)
     summary = resumed.train(resume=True)
     assert summary["epochs"] == 4 and summary["evaluations"] == 2
     for a, b in zip(straight.agent.state_dict()["critic"].values(), resumed.agent.state_dict()["critic"].values()):
@@ -47,13 +48,16 @@ def test_resumed_run_equals_an_uninterrupted_one(data, tmp_path):
     assert drop_speed(read_metrics(tmp_path / "straight")) == drop_speed(read_metrics(tmp_path / "resumed"))
 
 
-def test_checkpoint_holds_a_policy_that_evaluates(data, tmp_path):
-    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2)
+def test_checkpoint_holds_a_policy_that_evaluates(data, tmp_path, device):
+    """A checkpoint written on any device loads onto the CPU (the default) and acts as the trained agent."""
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2, device=device)
     trainer.train()
     agent, state = load_policy(tmp_path / "run" / "checkpoint.pt")
     obs = torch.randn(5, 3).numpy()
-    assert state["epoch"] == 2 and agent.generator is None
-    assert (agent.act(obs, deterministic=True) == trainer.agent.act(obs, deterministic=True)).all()
+    assert state["epoch"] == 2 and agent.generator is None and agent.device.type == "cpu"
+    exact = device == "cpu"  # the same arithmetic; CUDA's kernels round differently
+    np.testing.assert_allclose(agent.act(obs, deterministic=True), trainer.agent.act(obs, deterministic=True),
+                               rtol=0 if exact else 1e-5, atol=0 if exact else 1e-6)
 
 
 def test_a_finished_run_is_not_overwritten_and_resume_checks_settings(data, tmp_path):

@@ -64,6 +64,7 @@ class MOBILE(ModelBasedSAC):
 
     name = "mobile"
     config_class = MOBILEConfig
+    graph_capturable = False  # the penalty goes to the batch's model rows only: a data-dependent shape
 
     @torch.no_grad()
     def bellman_uncertainty(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

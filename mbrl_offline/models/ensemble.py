@@ -133,7 +133,8 @@ class EnsembleMLP(nn.Module):
         member (`MemberGroups`) and go down the ReLU layers as one batched pass padded to the largest
         group. Autograd through ``min`` would take every member's gradient on every row; this costs the
         same when one member is lowest on nearly every row (as with fresh random weights) and about
-        1/N of it when the rows spread evenly.
+        1/N of it when the rows spread evenly. On a GPU the groups are padded to the whole batch (no
+        host sync, a fixed shape for CUDA graphs), which costs what autograd's pass would.
         """
         if not self.relu_only or self.linears[-1].out_features != 1:
             raise ValueError("lowest_with_input_gradient needs a ReLU network without LayerNorm and a scalar output")
@@ -145,7 +146,7 @@ class EnsembleMLP(nn.Module):
             activations.append(h)
         out = linears[-1](h).squeeze(-1)  # (N, B)
         lowest = out.argmin(dim=0)  # (B,)
-        groups = MemberGroups(lowest, out.shape[0])
+        groups = MemberGroups(lowest, out.shape[0], pad_to_batch=x.device.type == "cuda")
         grad = _mask(linears[-1].weight.transpose(1, 2).expand(-1, groups.largest, -1), groups.group(activations[-1]))
         for layer, activation in zip(reversed(linears[1:-1]), reversed(activations[:-1])):
             grad = _mask(torch.bmm(grad, layer.weight.transpose(1, 2)), groups.group(activation))
@@ -156,15 +157,22 @@ class EnsembleMLP(nn.Module):
 class MemberGroups:
     """The rows of a batch grouped by the ensemble member assigned to each, so that every row goes
     through its own member only: one zero-padded ``(members, largest group, features)`` batch for a
-    batched pass, instead of every member on every row."""
+    batched pass, instead of every member on every row.
 
-    def __init__(self, member_of_row: torch.Tensor, members: int):
+    With ``pad_to_batch`` every group is padded to the whole batch instead, which the agent update
+    asks for on a GPU: reading the largest group's size would make the host wait for the GPU, and a
+    size that changes from call to call cannot be replayed in a CUDA graph; for a batch of 256 the GPU
+    has arithmetic to spare. Model rollouts, whose batches are 50,000 rows, keep the exact size."""
+
+    def __init__(self, member_of_row: torch.Tensor, members: int, pad_to_batch: bool = False):
         self.order = torch.argsort(member_of_row, stable=True)
-        counts = torch.bincount(member_of_row, minlength=members)
+        # not bincount, which reads the largest value on the host (a GPU sync)
+        counts = member_of_row.new_zeros(members).scatter_add_(0, member_of_row, torch.ones_like(member_of_row))
         self.member = member_of_row[self.order]
         first_slot = torch.cumsum(counts, 0) - counts
         self.slot = torch.arange(len(member_of_row), device=member_of_row.device) - first_slot[self.member]
-        self.members, self.largest = members, int(counts.max())
+        self.members = members
+        self.largest = len(member_of_row) if pad_to_batch else int(counts.max())
 
     def group(self, values: torch.Tensor) -> torch.Tensor:
         """Rows ``(B, F)``, or every member's values for the rows ``(members, B, F)`` (each row keeps
