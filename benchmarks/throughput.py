@@ -8,7 +8,7 @@ the CPU, 8192^3 on a GPU, which 1024^3 does not fill; full fp32, as training run
 
 * RAVL agent updates/s: the full loop body (a mixed batch of 256 from a 1M real and a full 1.25M
   synthetic buffer, then one update of 10 critics and the actor, 3x256, EDAC eta = 1); on a GPU
-  also without CUDA graphs (``cuda_graph=False``);
+  also without CUDA graphs (``cuda_graph=False``), as for the dynamics batches;
 * dynamics-training samples/s: `GaussianEnsembleDynamics.fit` epochs on 100k rows (7 members, 4x200,
   batch 256), end to end (holdout evaluation and set-up included), and its training batches alone
   (the epoch log's ``samples_per_s``), which is how the official code's figure was measured;
@@ -112,7 +112,7 @@ def bench_updates(device, repeats: int, updates: int = 200, config: RAVLConfig =
     return updates / statistics.median(times), flops
 
 
-def bench_dynamics(device, repeats: int, rows: int = 100_000, epochs: int = 2):
+def bench_dynamics(device, repeats: int, rows: int = 100_000, epochs: int = 2, cuda_graph: bool = True):
     data = {k: v.cpu().numpy() for k, v in random_transitions(rows, device).items()}
     dataset = OfflineDataset(**data)
     config = DynamicsConfig(max_epochs=epochs, patience=10**6)
@@ -124,7 +124,7 @@ def bench_dynamics(device, repeats: int, rows: int = 100_000, epochs: int = 2):
     batch_loop = []  # samples/s of the training batches alone, as the official code was measured
 
     def fit():
-        log = GaussianEnsembleDynamics(OBS, ACT, config).fit(dataset, device, progress=False)
+        log = GaussianEnsembleDynamics(OBS, ACT, config).fit(dataset, device, progress=False, cuda_graph=cuda_graph)
         batch_loop.extend(epoch["samples_per_s"] for epoch in log)
 
     times = timed(fit, repeats, device)
@@ -191,8 +191,9 @@ def main() -> None:
           f"{'keeps freed memory (keep_freed_memory)' if kept else 'as the system sets it'}")
     peak = matmul_peak(device)
     updates, update_flops = bench_updates(device, args.repeats)
-    if device.type == "cuda":  # the default replays each update as a CUDA graph; eager for comparison
+    if device.type == "cuda":  # by default updates and dynamics batches replay CUDA graphs; eager for comparison
         eager_updates, _ = bench_updates(device, args.repeats, config=RAVLConfig(cuda_graph=False))
+        _, eager_batch_samples, _ = bench_dynamics(device, 1, cuda_graph=False)
     samples, batch_samples, sample_flops = bench_dynamics(device, max(1, args.repeats // 2))
     transitions, transition_flops = bench_rollouts(device, max(1, args.repeats // 2))
     planned, planned_flops, model_rows = bench_upmpc_rollouts(device, max(1, args.repeats // 2))
@@ -206,6 +207,8 @@ def main() -> None:
           if device.type == "cuda" else []),
         ("dynamics samples/s", samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
         ("  batch loop alone", batch_samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
+        *([("  without CUDA graph", eager_batch_samples, sample_flops, "MFLOP/sample", 1e6, None)]
+          if device.type == "cuda" else []),
         ("rollout transitions/s", transitions, transition_flops, "MFLOP/transition", 1e6, 26_100),
         ("UP-MPC transitions/s", planned, planned_flops, "MFLOP/transition", 1e6, None),
     ]

@@ -10,6 +10,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
+import torch
+
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
@@ -30,8 +32,6 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    import torch
-
     with atomic_path(path) as tmp:
         torch.save(obj, tmp)
 
@@ -68,3 +68,53 @@ def keep_freed_memory() -> bool:
     # Both at once: setting either one alone turns off the adaptive threshold and leaves the other
     # at its default, which made every large block a fresh mmap (24,000 faults per update).
     return bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
+class CUDAGraphed:
+    """``fn(inputs)``, a dict of CUDA tensors in and a tensor out, recorded once as a CUDA graph and
+    replayed: one launch instead of one per kernel, for steps whose many small kernels leave the GPU
+    waiting on the host (an agent update, a dynamics training batch).
+
+    The first ``warmups`` calls run ``fn`` eagerly on a side stream, as recording requires (lazy
+    initialisations happen there); they are real calls. The next call records ``fn`` on copies of its
+    inputs, and every call from then on copies its inputs into those and replays the graph: the same
+    kernels, so the same arithmetic. The returned tensor is the graph's own output, overwritten by the
+    next replay. ``fn`` must not wait for the GPU (no ``.item()``, no shapes that depend on values);
+    Python numbers it reads, such as a learning rate, are frozen into the recording, so call `reset`
+    when one changes or when tensors it uses are replaced (an optimiser's state after
+    ``load_state_dict``). Inputs with other keys or shapes are recorded anew.
+    """
+
+    def __init__(self, fn, warmups: int = 3):
+        self.fn, self.warmups_left = fn, warmups
+        self.graph = None
+
+    def reset(self) -> None:
+        self.graph = None
+
+    def __call__(self, inputs: dict):
+        if self.graph is None and self.warmups_left > 0:
+            self.warmups_left -= 1
+            device = next(iter(inputs.values())).device
+            side, current = torch.cuda.Stream(device), torch.cuda.current_stream(device)
+            side.wait_stream(current)
+            with torch.cuda.stream(side):
+                output = self.fn(inputs)
+            current.wait_stream(side)
+            output.record_stream(current)
+            return output
+        if self.graph is None or self.inputs.keys() != inputs.keys() or any(
+                self.inputs[k].shape != v.shape for k, v in inputs.items()):
+            self._record(inputs)
+        for key, value in inputs.items():
+            self.inputs[key].copy_(value)
+        self.graph.replay()
+        return self.output
+
+    def _record(self, inputs: dict) -> None:
+        self.graph = None  # frees the previous recording's memory first
+        self.inputs = {k: v.clone() for k, v in inputs.items()}
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self.output = self.fn(self.inputs)
+        self.graph = graph

@@ -228,3 +228,23 @@ def test_processes_sharing_a_cache_train_a_model_once(tmp_path):
         assert worker.exitcode == 0
     assert (tmp_path / "fits").read_text() == "fit\n"  # the second process waited for the first's model
     assert len(list((tmp_path / "cache").glob("*.pt"))) == 1
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (this test runs on a GPU machine)")
+def test_cuda_graph_fit_matches_eager_fit():
+    """Batches replayed from a CUDA graph (warm-ups, recording, replays, and the recording again after
+    a learning-rate drop if patience runs out before min_epochs) train the same model as eager batches."""
+    config = dataclasses.replace(SMALL, max_epochs=12, min_epochs=12, patience=1)
+    data = linear_gaussian_data(n=1500)
+    models = []
+    for cuda_graph in (True, False):
+        torch.manual_seed(0)
+        model = GaussianEnsembleDynamics(3, 1, config)
+        model.fit(data, "cuda", progress=False, cuda_graph=cuda_graph)
+        models.append(model)
+    graphed, eager = models
+    for ours, reference in zip(graphed.train_log, eager.train_log):
+        torch.testing.assert_close(ours["train_loss"], reference["train_loss"])
+        torch.testing.assert_close(ours["holdout_mse"], reference["holdout_mse"])
+    for (name, ours), reference in zip(graphed.named_parameters(), eager.parameters()):
+        torch.testing.assert_close(ours, reference, msg=name)

@@ -199,7 +199,7 @@ def test_cuda_graph_replays_do_what_eager_updates_do():
     for ours, reference in zip(run(graphed), run(eager)):
         for key in reference:
             torch.testing.assert_close(ours[key], reference[key], msg=key)
-    assert graphed._graph is not None
+    assert graphed._graphed_update.graph is not None
     for module in ("actor", "critic", "target_critic"):
         for ours, reference in zip(getattr(graphed, module).parameters(), getattr(eager, module).parameters()):
             torch.testing.assert_close(ours, reference)

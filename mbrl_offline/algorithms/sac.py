@@ -41,6 +41,7 @@ import torch
 
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
+from mbrl_offline.utils import CUDAGraphed
 
 
 def _adam(params, lr: float, fused: bool, capturable: bool) -> torch.optim.Adam:
@@ -83,12 +84,12 @@ class SAC:
 
     On a GPU, an update at the paper's sizes is a few hundred small kernels whose launches, not the
     GPU's arithmetic, set the pace (on an H100: 1.4 ms of GPU work in 10 ms per update). With
-    ``cuda_graph`` (the default; it does nothing on a CPU) the first three updates run as usual, on a
-    side stream as capture requires, the fourth is recorded as one CUDA graph, and every update after
-    that copies its batch into the graph's input tensors and replays it: the same kernels, so the same
-    arithmetic, in one launch. For that the optimisers are capturable (their step counts live on the
-    GPU) and nothing in the update waits for the GPU. The graph is recorded again after
-    `load_state_dict` (the optimisers' state tensors are new) and after a learning-rate change.
+    ``cuda_graph`` (the default; it does nothing on a CPU) the first three updates run as usual, the
+    fourth is recorded as one CUDA graph, and every update after that copies its batch in and replays
+    it (`mbrl_offline.utils.CUDAGraphed`): the same kernels, so the same arithmetic, in one launch.
+    For that the optimisers are capturable (their step counts live on the GPU) and nothing in the
+    update waits for the GPU. The graph is recorded again after `load_state_dict` (the optimisers'
+    state tensors are new) and after a learning-rate change.
     Agents whose update has data-dependent shapes (MOBILE) set ``graph_capturable = False`` and run
     eagerly.
     """
@@ -116,8 +117,7 @@ class SAC:
         self.critic_optim = _adam(self.critic.parameters(), config.critic_lr, config.fused_adam, self.graphed)
         self.alpha_optim = (_adam([self.log_alpha], config.alpha_lr, config.fused_adam, self.graphed)
                             if config.auto_alpha else None)
-        self._graph: Optional[torch.cuda.CUDAGraph] = None
-        self._warmups_left = self.warmup_updates
+        self._graphed_update = CUDAGraphed(self._packed_update, self.warmup_updates)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -140,31 +140,14 @@ class SAC:
         (no device sync here: callers average them when they need numbers)."""
         if not self.graphed:
             return self._update(batch)
-        if self._graph is None and self._warmups_left > 0:
-            self._warmups_left -= 1
-            side, current = torch.cuda.Stream(self.device), torch.cuda.current_stream(self.device)
-            side.wait_stream(current)
-            with torch.cuda.stream(side):
-                metrics = self._update(batch)
-            current.wait_stream(side)
-            return metrics
-        if self._graph is None or self._graph_batch.keys() != batch.keys() or any(
-                self._graph_batch[k].shape != v.shape for k, v in batch.items()):
-            self._record_graph(batch)
-        for key, value in batch.items():
-            self._graph_batch[key].copy_(value)
-        self._graph.replay()
-        return dict(zip(self._graph_metric_names, self._graph_metrics.clone().unbind()))
+        values = self._graphed_update(batch).clone()  # the graph's output is overwritten by its next replay
+        return dict(zip(self._metric_names, values.unbind()))
 
-    def _record_graph(self, batch: dict[str, torch.Tensor]) -> None:
-        """Records `_update` on static copies of ``batch``'s tensors; recording runs nothing."""
-        self._graph = None  # frees the previous graph's memory first
-        self._graph_batch = {k: v.clone() for k, v in batch.items()}
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            metrics = self._update(self._graph_batch)
-            self._graph_metrics = torch.stack(list(metrics.values()))
-        self._graph_metric_names, self._graph = list(metrics), graph
+    def _packed_update(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """`_update`'s metrics as one tensor, for the CUDA graph (names in ``_metric_names``)."""
+        metrics = self._update(batch)
+        self._metric_names = list(metrics)
+        return torch.stack(list(metrics.values()))
 
     def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         obs, actions = batch["observations"], batch["actions"]
@@ -224,7 +207,7 @@ class SAC:
             lr = self.config.actor_lr * 0.5 * (1.0 + math.cos(math.pi * epoch / total_epochs))
             for group in self.actor_optim.param_groups:
                 group["lr"] = lr
-            self._graph = None  # the recorded optimiser step holds the old rate
+            self._graphed_update.reset()  # the recorded optimiser step holds the old rate
 
     @torch.no_grad()
     def critic_target(self, batch: dict[str, torch.Tensor], alpha: torch.Tensor) -> torch.Tensor:
@@ -262,4 +245,4 @@ class SAC:
         self.critic_optim.load_state_dict(state["critic_optim"])
         if self.alpha_optim is not None:
             self.alpha_optim.load_state_dict(state["alpha_optim"])
-        self._graph = None  # the loaded optimiser state is in new tensors: record again
+        self._graphed_update.reset()  # the loaded optimiser state is in new tensors: record again
