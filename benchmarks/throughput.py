@@ -18,15 +18,19 @@ the CPU, 8192^3 on a GPU, which 1024^3 does not fill; full fp32, as training run
   every member evaluated per planning step, MOPO's penalty) from 5,000 starts x 5 steps, and the
   model rows it evaluates per second (26 per stored transition).
 
-The official RAVL code measured on this CPU (../shared/research/peer_speed.md): 10.9 updates/s,
-10,200 dynamics samples/s, 26,100 rollout transitions/s.
+The official RAVL code measured on a 2-core AMD EPYC (Zen 5; ../shared/research/peer_speed.md):
+10.9 updates/s, 10,200 dynamics samples/s, 26,100 rollout transitions/s; the "vs RAVL code" column
+divides by these. They hold for that CPU only: `vs_official.py` measures the official code and ours
+on the machine at hand, in the same minutes.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -41,6 +45,8 @@ from mbrl_offline.models.termination import never
 from mbrl_offline.utils import keep_freed_memory
 
 OBS, ACT = 11, 3
+# where the official figures (../shared/research/peer_speed.md) were measured
+REFERENCE_CPU = "the official code's figures measured on a 2-core AMD EPYC, family 26 (Zen 5), 177-186 GFLOP/s peak"
 
 
 def matmul_peak(device: torch.device, readings: int = 5) -> list[float]:
@@ -57,6 +63,16 @@ def matmul_peak(device: torch.device, readings: int = 5) -> list[float]:
         sync(device)
         values.append(40 * 2 * size ** 3 / (time.perf_counter() - start) / 1e9)
     return values
+
+
+def cpu_name() -> str:
+    """The CPU's model, family and model number from /proc/cpuinfo (Linux), for the record."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in lines if ":" in line)}
+    return f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
 def sync(device: torch.device) -> None:
@@ -186,7 +202,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     kept = device.type == "cpu" and not args.system_malloc and keep_freed_memory()
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {torch.get_num_threads()} threads"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()}, {torch.get_num_threads()} threads"
     print(f"device: {name}; torch {torch.__version__}; malloc "
           f"{'keeps freed memory (keep_freed_memory)' if kept else 'as the system sets it'}")
     peak = matmul_peak(device)
@@ -222,6 +238,9 @@ def main() -> None:
         print(f"{label:<24}{rate:>12,.1f}{flops / scale:>11.3f} {unit:<12}{achieved:>10.1f}"
               f"{achieved / peak_gflops:>9.0%}{versus}")
     print(f"UP-MPC evaluates {model_rows} ensemble rows per stored transition: {planned * model_rows:,.0f} rows/s")
+    if on_cpu:
+        print(f"vs RAVL code: against {REFERENCE_CPU}; on another CPU, or to compare in the same minutes, "
+              "run benchmarks/vs_official.py")
 
 
 if __name__ == "__main__":

@@ -71,3 +71,13 @@ def test_collect_cli_makes_loadable_datasets_and_rejects_unknown_settings(tmp_pa
     wrong_type = run("collect.py", "env=pendulum", "collect.dataset_size=lots", f"collect.run_dir={tmp_path / 'run3'}", env=env)
     assert wrong_type.returncode == 2
     assert wrong_type.stderr.strip() == "error: collect.dataset_size = 'lots' has the wrong type; expected int or null."
+
+
+def test_vs_official_without_a_checkout_says_what_to_clone(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_official.py"), "--edge-of-reach",
+                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"error: {tmp_path} is not a checkout of anyasims/edge-of-reach (no agent_training/agent.py). "
+        "Clone it and pass its path with --edge-of-reach."]
