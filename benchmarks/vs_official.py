@@ -50,20 +50,17 @@ import torch
 
 import throughput
 
-OBS, ACT = 11, 3
+OBS, ACT = throughput.OBS, throughput.ACT
 UNITS = {"agent": "updates/s", "dynamics": "samples/s", "rollouts": "transitions/s"}
 
 
 def random_dataset(rows: int, upright: bool = False) -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(0)
-    observations = rng.standard_normal((rows, OBS)).astype(np.float32)
+    """`throughput.random_transitions` as the numpy arrays the official loaders take."""
+    data = {key: value.numpy() for key, value in throughput.random_transitions(rows, torch.device("cpu")).items()}
     if upright:  # hopper standing: height 1.25, angle 0, so the termination function never fires
-        observations[:] = 0.0
-        observations[:, 0] = 1.25
-    return {"observations": observations, "actions": rng.uniform(-1, 1, (rows, ACT)).astype(np.float32),
-            "rewards": rng.standard_normal(rows).astype(np.float32),
-            "next_observations": rng.standard_normal((rows, OBS)).astype(np.float32),
-            "terminals": np.zeros(rows, np.float32)}
+        data["observations"][:] = 0.0
+        data["observations"][:, 0] = 1.25
+    return data
 
 
 class _DoneOnCPU:
