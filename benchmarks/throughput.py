@@ -85,9 +85,17 @@ def _inplace_baddbmm_flops(input_shape, batch1_shape, batch2_shape, *args, out_s
     return 2 * batches * rows * inner * batch2_shape[-1]
 
 
+def _grouped_mm_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
+    # (rows, K) times one (K, P) matrix per group of rows: each row is multiplied once
+    rows, inner = a_shape
+    return 2 * rows * inner * b_shape[-1]
+
+
 def count_flops(fn) -> float:
-    # torch's counter knows baddbmm but not its in-place form, which the critic backward uses
-    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: _inplace_baddbmm_flops}) as counter:
+    # torch's counter knows baddbmm but not its in-place form, which the critic backward uses, nor
+    # the grouped product of the actor step's lowest-critic gradient
+    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: _inplace_baddbmm_flops,
+                                                        torch.ops.aten._grouped_mm: _grouped_mm_flops}) as counter:
         fn()
     return counter.get_total_flops()
 

@@ -87,7 +87,8 @@ class EnsembleMLP(nn.Module):
             layers.append(EnsembleLinear(width, hidden_size, ensemble_size))
             if layer_norm:
                 layers.append(EnsembleLayerNorm(hidden_size, ensemble_size))
-            layers.append(activation())
+            # in place: the layer before keeps its input for backward, not its output
+            layers.append(nn.ReLU(inplace=True) if activation is nn.ReLU else activation())
             width = hidden_size
         layers.append(EnsembleLinear(width, out_features, ensemble_size))
         self.net = nn.Sequential(*layers)
@@ -129,12 +130,17 @@ class EnsembleMLP(nn.Module):
         """Per row, the lowest member output ``min_i f_i(x)`` ``(B,)`` and that member's gradient with
         respect to ``x[..., columns]`` ``(B, width of columns)``; no autograd graph (SAC's actor step).
 
-        Only the chosen member's gradient is computed for each row: rows are grouped by their lowest
-        member (`MemberGroups`) and go down the ReLU layers as one batched pass padded to the largest
-        group. Autograd through ``min`` would take every member's gradient on every row; this costs the
-        same when one member is lowest on nearly every row (as with fresh random weights) and about
-        1/N of it when the rows spread evenly. On a GPU the groups are padded to the whole batch (no
-        host sync, a fixed shape for CUDA graphs), which costs what autograd's pass would.
+        On a CPU only the chosen member's gradient is computed for each row: the rows are sorted by
+        their lowest member and go down the ReLU layers with one grouped matrix product per layer
+        (``torch._grouped_mm``: each group of rows times its own member's weights), so the backward
+        costs one network on the batch however the rows split over the members. Autograd through
+        ``min`` would take every member's gradient on every row, N times the work; padding each
+        member's group to the largest one did 7-10 times the necessary work in the first updates of
+        the throughput benchmark, where one of the 10 critics was lowest on 190-256 of 256 rows. On a GPU every member's gradient is computed on every row
+        and each row keeps its own: fixed shapes and no host sync, for CUDA graphs (torch's grouped
+        product runs fp32 there only through a fallback that reads the group sizes on the host), and
+        at batch 256 the GPU has arithmetic to spare. So does a CPU network whose hidden widths are not
+        multiples of 4, which the grouped product does not take (it needs 16-byte-aligned strides).
         """
         if not self.relu_only or self.linears[-1].out_features != 1:
             raise ValueError("lowest_with_input_gradient needs a ReLU network without LayerNorm and a scalar output")
@@ -146,33 +152,41 @@ class EnsembleMLP(nn.Module):
             activations.append(h)
         out = linears[-1](h).squeeze(-1)  # (N, B)
         lowest = out.argmin(dim=0)  # (B,)
-        groups = MemberGroups(lowest, out.shape[0], pad_to_batch=x.device.type == "cuda")
-        grad = _mask(linears[-1].weight.transpose(1, 2).expand(-1, groups.largest, -1), groups.group(activations[-1]))
-        for layer, activation in zip(reversed(linears[1:-1]), reversed(activations[:-1])):
-            grad = _mask(torch.bmm(grad, layer.weight.transpose(1, 2)), groups.group(activation))
-        grad = torch.bmm(grad, linears[0].weight[:, columns, :].transpose(1, 2))
-        return out[lowest, torch.arange(len(lowest), device=x.device)], groups.ungroup(grad)
+        rows = torch.arange(len(lowest), device=x.device)
+        down = [(layer.weight.transpose(1, 2), activation)  # W_l^T and the activation below it, top layer first
+                for layer, activation in zip(reversed(linears[1:-1]), reversed(activations[:-1]))]
+        input_weight = linears[0].weight[:, columns, :].transpose(1, 2)
+        # torch's grouped product takes 16-byte-aligned strides only: widths that are multiples of 4
+        if x.device.type != "cpu" or any(layer.out_features % 4 for layer in linears[:-1]):
+            grad = _mask(linears[-1].weight.transpose(1, 2).expand_as(activations[-1]), activations[-1])
+            for weight, activation in down:
+                grad = _mask(torch.bmm(grad, weight), activation)
+            return out[lowest, rows], torch.bmm(grad, input_weight)[lowest, rows]
+        order = torch.argsort(lowest, stable=True)
+        member, row = lowest[order], rows[order]  # sorted by member: one contiguous group each
+        group_ends = torch.cumsum(torch.bincount(lowest, minlength=out.shape[0]), 0).to(torch.int32)
+        grad = _mask(linears[-1].weight[member, :, 0], activations[-1][member, row])
+        for weight, activation in down:
+            grad = _mask(torch._grouped_mm(grad, weight, offs=group_ends), activation[member, row])
+        input_grad = torch.empty(len(row), input_weight.shape[-1], device=x.device, dtype=x.dtype)
+        input_grad[row] = torch._grouped_mm(grad, input_weight, offs=group_ends)
+        return out[lowest, rows], input_grad
 
 
 class MemberGroups:
     """The rows of a batch grouped by the ensemble member assigned to each, so that every row goes
     through its own member only: one zero-padded ``(members, largest group, features)`` batch for a
-    batched pass, instead of every member on every row.
+    batched pass, instead of every member on every row (model rollouts: 50,000 rows over 5 elites,
+    where the padding is about 1%)."""
 
-    With ``pad_to_batch`` every group is padded to the whole batch instead, which the agent update
-    asks for on a GPU: reading the largest group's size would make the host wait for the GPU, and a
-    size that changes from call to call cannot be replayed in a CUDA graph; for a batch of 256 the GPU
-    has arithmetic to spare. Model rollouts, whose batches are 50,000 rows, keep the exact size."""
-
-    def __init__(self, member_of_row: torch.Tensor, members: int, pad_to_batch: bool = False):
+    def __init__(self, member_of_row: torch.Tensor, members: int):
         self.order = torch.argsort(member_of_row, stable=True)
-        # not bincount, which reads the largest value on the host (a GPU sync)
-        counts = member_of_row.new_zeros(members).scatter_add_(0, member_of_row, torch.ones_like(member_of_row))
+        counts = torch.bincount(member_of_row, minlength=members)
         self.member = member_of_row[self.order]
         first_slot = torch.cumsum(counts, 0) - counts
         self.slot = torch.arange(len(member_of_row), device=member_of_row.device) - first_slot[self.member]
         self.members = members
-        self.largest = len(member_of_row) if pad_to_batch else int(counts.max())
+        self.largest = int(counts.max())
 
     def group(self, values: torch.Tensor) -> torch.Tensor:
         """Rows ``(B, F)``, or every member's values for the rows ``(members, B, F)`` (each row keeps

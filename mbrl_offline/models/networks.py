@@ -14,7 +14,7 @@ def mlp(in_features: int, out_features: int, hidden_size: int, hidden_layers: in
     layers: list[nn.Module] = []
     width = in_features
     for _ in range(hidden_layers):
-        layers += [nn.Linear(width, hidden_size), nn.ReLU()]
+        layers += [nn.Linear(width, hidden_size), nn.ReLU(inplace=True)]
         width = hidden_size
     layers.append(nn.Linear(width, out_features))
     return nn.Sequential(*layers)
