@@ -136,11 +136,13 @@ class EnsembleMLP(nn.Module):
         costs one network on the batch however the rows split over the members. Autograd through
         ``min`` would take every member's gradient on every row, N times the work; padding each
         member's group to the largest one did 7-10 times the necessary work in the first updates of
-        the throughput benchmark, where one of the 10 critics was lowest on 190-256 of 256 rows. On a GPU every member's gradient is computed on every row
-        and each row keeps its own: fixed shapes and no host sync, for CUDA graphs (torch's grouped
-        product runs fp32 there only through a fallback that reads the group sizes on the host), and
-        at batch 256 the GPU has arithmetic to spare. So does a CPU network whose hidden widths are not
-        multiples of 4, which the grouped product does not take (it needs 16-byte-aligned strides).
+        the throughput benchmark, where one of the 10 critics was lowest on 190-256 of 256 rows.
+
+        On a GPU every member's gradient is computed on every row and each row keeps its own: fixed
+        shapes and no host sync, for CUDA graphs (torch's grouped product runs fp32 there only
+        through a fallback that reads the group sizes on the host), and at batch 256 the GPU has
+        arithmetic to spare. So does a CPU network whose hidden widths are not multiples of 4, which
+        the grouped product does not take (it needs 16-byte-aligned strides).
         """
         if not self.relu_only or self.linears[-1].out_features != 1:
             raise ValueError("lowest_with_input_gradient needs a ReLU network without LayerNorm and a scalar output")
@@ -177,7 +179,7 @@ class MemberGroups:
     """The rows of a batch grouped by the ensemble member assigned to each, so that every row goes
     through its own member only: one zero-padded ``(members, largest group, features)`` batch for a
     batched pass, instead of every member on every row (model rollouts: 50,000 rows over 5 elites,
-    where the padding is about 1%)."""
+    where the padding is 1-2%)."""
 
     def __init__(self, member_of_row: torch.Tensor, members: int):
         self.order = torch.argsort(member_of_row, stable=True)
