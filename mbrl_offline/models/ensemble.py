@@ -164,9 +164,8 @@ class EnsembleMLP(nn.Module):
             for weight, activation in down:
                 grad = _mask(torch.bmm(grad, weight), activation)
             return out[lowest, rows], torch.bmm(grad, input_weight)[lowest, rows]
-        order = torch.argsort(lowest, stable=True)
-        member, row = lowest[order], rows[order]  # sorted by member: one contiguous group each
-        group_ends = torch.cumsum(torch.bincount(lowest, minlength=out.shape[0]), 0).to(torch.int32)
+        groups = MemberGroups(lowest, out.shape[0])  # rows sorted by member: one contiguous group each
+        member, row, group_ends = groups.member, groups.order, groups.ends.to(torch.int32)
         grad = _mask(linears[-1].weight[member, :, 0], activations[-1][member, row])
         for weight, activation in down:
             grad = _mask(torch._grouped_mm(grad, weight, offs=group_ends), activation[member, row])
@@ -182,10 +181,11 @@ class MemberGroups:
     where the padding is 1-2%)."""
 
     def __init__(self, member_of_row: torch.Tensor, members: int):
-        self.order = torch.argsort(member_of_row, stable=True)
+        self.order = torch.argsort(member_of_row, stable=True)  # the rows sorted by member
         counts = torch.bincount(member_of_row, minlength=members)
         self.member = member_of_row[self.order]
-        first_slot = torch.cumsum(counts, 0) - counts
+        self.ends = torch.cumsum(counts, 0)  # where each member's rows end in that order
+        first_slot = self.ends - counts
         self.slot = torch.arange(len(member_of_row), device=member_of_row.device) - first_slot[self.member]
         self.members = members
         self.largest = int(counts.max())
