@@ -3,7 +3,7 @@ import torch
 
 import pytest
 
-from mbrl_offline.algorithms.sac import SAC, SACConfig
+from mbrl_offline.algorithms.sac import SAC, SACConfig, critic_losses
 from mbrl_offline.models.ensemble import EnsembleLinear
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor
 
@@ -57,29 +57,74 @@ def test_explicit_action_gradient_matches_autograd(device):
 
 
 def test_critic_loss_gradients_match_corl_double_backward(device):
-    """Our critic loss (TD + eta * diversity) has the same value and weight gradients as CORL's."""
+    """Our critic losses (TD + eta * diversity) and their hand-written gradients in q and the action
+    gradients, back-propagated through the critics, have CORL's values and weight gradients."""
     torch.manual_seed(1)
     cfg = SACConfig(num_critics=5, eta=1.0, hidden_size=32, hidden_layers=3, init="edac")
     agent = SAC(4, 2, -torch.ones(2), torch.ones(2), cfg, device)
     obs, actions = torch.randn(128, 4, device=device), torch.rand(128, 2, device=device) * 2 - 1
     target = torch.randn(128, device=device)
-
-    def ours():
-        q, grad = agent.critic.q_and_action_gradient(obs, actions)
-        unit = grad / (grad.norm(dim=-1, keepdim=True) + 1e-10)
-        total = unit.sum(0)
-        div = ((total * total).sum(-1) - (unit * unit).sum((0, 2))).mean() / (cfg.num_critics - 1)
-        return (q - target).pow(2).mean(1).sum() + div
-
-    def corl():
-        q = agent.critic(obs, actions)
-        return (q - target).pow(2).mean(1).sum() + corl_diversity(agent.critic, obs, actions)
-
     params = list(agent.critic.parameters())
-    loss_ours, loss_corl = ours(), corl()
-    torch.testing.assert_close(loss_ours, loss_corl)
-    for g_ours, g_corl in zip(torch.autograd.grad(loss_ours, params), torch.autograd.grad(loss_corl, params)):
+
+    q, grad = agent.critic.q_and_action_gradient(obs, actions)
+    td, diversity, output_grads = critic_losses(q.detach(), grad, target, cfg.eta)
+    ours = torch.autograd.grad((q, grad), params, output_grads)
+
+    q_corl = agent.critic(obs, actions)
+    td_corl, diversity_corl = (q_corl - target).pow(2).mean(1).sum(), corl_diversity(agent.critic, obs, actions)
+    torch.testing.assert_close(td, td_corl)
+    torch.testing.assert_close(diversity, diversity_corl)
+    for g_ours, g_corl in zip(ours, torch.autograd.grad(td_corl + diversity_corl, params)):
         torch.testing.assert_close(g_ours, g_corl, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("eta", [0.0, 0.5])
+def test_critic_loss_output_gradients_match_autograd(eta, device):
+    """`critic_losses`' gradients in q and in the action gradients against autograd of the losses as
+    written in sac.py's docstring, with some action gradients exactly zero (autograd's norm gives 0 there)."""
+    torch.manual_seed(9)
+    q, target = torch.randn(4, 32, device=device), torch.randn(32, device=device)
+    action_grad = torch.randn(4, 32, 3, device=device)
+    action_grad[1, :5] = 0.0
+    q_ref, grad_ref = q.clone().requires_grad_(True), action_grad.clone().requires_grad_(True)
+    unit = grad_ref / (grad_ref.norm(dim=-1, keepdim=True) + 1e-10)
+    total = unit.sum(dim=0)
+    diversity_ref = ((total * total).sum(-1) - (unit * unit).sum(dim=(0, 2))).mean() / 3
+    td_ref = (q_ref - target).pow(2).mean(dim=1).sum()
+    expected = torch.autograd.grad(td_ref + eta * diversity_ref, (q_ref, grad_ref) if eta else (q_ref,))
+
+    td, diversity, grads = critic_losses(q, action_grad if eta else None, target, eta)
+    torch.testing.assert_close(td, td_ref.detach())
+    torch.testing.assert_close(diversity, diversity_ref.detach() if eta else torch.zeros((), device=device))
+    assert len(grads) == len(expected)
+    for ours, theirs in zip(grads, expected):
+        torch.testing.assert_close(ours, theirs)
+
+
+def test_actor_sample_with_backward_matches_autograd(device):
+    """The actor's hand-written sample and backward against autograd through `forward` with the same
+    noise, for any upstream gradients, with some rows' log-std clamped at either bound."""
+    torch.manual_seed(10)
+    actor = TanhGaussianActor(5, 3, -2 * torch.ones(3), torch.ones(3), hidden_size=16, hidden_layers=2).to(device)
+    with torch.no_grad():
+        actor.trunk[-1].bias[3:] = torch.tensor([3.0, -8.0, 0.0])  # log-std columns: above, below, inside
+    obs = torch.randn(40, 5, device=device)
+    d_action, d_log_prob = torch.randn(40, 3, device=device), torch.randn(40, device=device)
+
+    torch.manual_seed(11)
+    action, log_prob, backward = actor.sample_with_backward(obs)
+    backward(d_action, d_log_prob)
+    ours = [p.grad.clone() for p in actor.parameters()]
+
+    torch.manual_seed(11)
+    action_ref, log_prob_ref = actor(obs)
+    torch.testing.assert_close(action, action_ref)
+    torch.testing.assert_close(log_prob, log_prob_ref)
+    expected = torch.autograd.grad((d_action * action_ref).sum() + (d_log_prob * log_prob_ref).sum(),
+                                   list(actor.parameters()))
+    for g_ours, g_ref in zip(ours, expected):
+        assert g_ours.abs().sum() > 0
+        torch.testing.assert_close(g_ours, g_ref, rtol=1e-5, atol=1e-6)
 
 
 def test_update_reports_finite_metrics_and_changes_weights(device):

@@ -16,15 +16,17 @@ Per update, in the order of CORL's EDAC and the official RAVL code:
 Deviations, on purpose, none of which changes the losses or their gradients:
 
 * the alpha loss reuses the log-probabilities of the actor step's sample instead of drawing a second
-  one (CORL draws two); the expectation is the same and one actor pass is saved;
+  one (CORL draws two); the expectation is the same and one actor pass is saved. Its gradient,
+  -mean(log pi + H_target), is set directly;
 * the diversity term's gradients g_i come from the TD loss's own forward pass through an explicit
   backward of the ReLU critic (`EnsembleMLP.forward_with_input_gradient`), where CORL/RAVL run a
   second forward and autograd's double backward: the same values with about half the matmuls, and
-  one hand-written backward gives the weight gradients of both the TD and the diversity term;
+  one hand-written backward gives the weight gradients of both the TD and the diversity term, from
+  the losses' gradients in q and g_i, which `critic_losses` writes out;
 * the actor step takes grad_a min_i Q_i(s, a) from an explicit pass through each row's lowest
-  critic only (`EnsembleMLP.lowest_with_input_gradient`, no graph through the critics) and
-  back-propagates it into the actor through the surrogate -<a, grad_a Q>: the same actor gradient
-  as autograd's through the min;
+  critic only (`EnsembleMLP.lowest_with_input_gradient`, no graph through the critics) and passes
+  it, with alpha for log pi, into the actor's hand-written backward
+  (`TanhGaussianActor.sample_with_backward`): the same actor gradient as autograd's through the min;
 * sum_{i != j} <g_i, g_j> is computed as |sum_i g_i|^2 - sum_i |g_i|^2 (an N x N product in CORL);
 * RAVL's extra critic pass that only logs the Q spread at random actions is not run; ``q_std``
   reports the spread at the batch's actions instead.
@@ -46,6 +48,38 @@ from mbrl_offline.utils import CUDAGraphed
 
 def _adam(params, lr: float, fused: bool, capturable: bool) -> torch.optim.Adam:
     return torch.optim.Adam(list(params), lr=lr, fused=fused or None, capturable=capturable)
+
+
+@torch.no_grad()
+def critic_losses(q: torch.Tensor, action_grad: Optional[torch.Tensor], target: torch.Tensor, eta: float):
+    """The TD loss, EDAC's diversity loss and the gradient of ``td + eta * diversity`` with respect to
+    ``q`` ``(N, B)`` and, when ``eta > 0``, to the action gradients ``action_grad`` ``(N, B, A)``:
+    ``(td, diversity, grads)``, ``grads`` a tuple of one or two tensors for ``torch.autograd.backward``.
+
+        td = sum_i mean_b (q_ib - y_b)^2,                    d td / dq = 2 (q - y) / B,
+        u_i = g_i / (|g_i| + 1e-10),  T = sum_i u_i,         diversity = mean_b (|T|^2 - sum_i |u_i|^2) / (N - 1),
+        v_i = d (eta diversity) / du_i = 2 c (T - u_i),      c = eta / (B (N - 1)),
+        d / dg_i = (v_i - u_i <g_i, v_i> / |g_i|) / (|g_i| + 1e-10)   (0 where g_i = 0, as autograd's norm).
+
+    By hand because autograd takes 55 operators for these losses and their backward, this 26 (counted
+    with a dispatch mode); tested against autograd and, through the critics, CORL's double backward.
+    """
+    rows = q.shape[1]
+    error = q - target
+    td = (error * error).sum() / rows
+    if action_grad is None:
+        return td, torch.zeros((), device=q.device), (error.mul_(2.0 / rows),)
+    grad = action_grad.detach()
+    norm = grad.norm(dim=-1, keepdim=True)
+    scale = norm + 1e-10
+    unit = grad / scale
+    total = unit.sum(dim=0)
+    members = q.shape[0]
+    diversity = ((total * total).sum() - (unit * unit).sum()) / (rows * (members - 1))
+    v = (total - unit).mul_(2.0 * eta / (rows * (members - 1)))
+    along = (grad * v).sum(-1, keepdim=True).div_(norm.clamp_min(torch.finfo(norm.dtype).tiny))
+    d_grad = v.sub_(unit.mul_(along)).div_(scale)
+    return td, diversity, (error.mul_(2.0 / rows), d_grad)
 
 
 @dataclass
@@ -153,35 +187,34 @@ class SAC:
         obs, actions = batch["observations"], batch["actions"]
         cfg = self.config
 
-        # Actor (and alpha from the same sample).
-        new_actions, log_prob = self.actor(obs)
+        # Actor (and alpha from the same sample), with hand-written gradients: no autograd graph.
+        new_actions, log_prob, actor_backward = self.actor.sample_with_backward(obs)
+        rows = len(log_prob)
         if self.alpha_optim is not None:
-            alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
-            self.alpha_optim.zero_grad(set_to_none=True)
-            alpha_loss.backward()
+            # d/d(log a) of -log a * mean(log pi + H_target)
+            self.log_alpha.grad = (log_prob + self.target_entropy).mean().neg_()
             self.alpha_optim.step()
         alpha = self.alpha
         # d(-min_i Q_i)/da is the minimising critic's action gradient, from an explicit pass for that
-        # critic only; the surrogate -<a, dQ/da> passes it into the actor without a critic graph.
-        q_new, q_new_grad = self.critic.min_q_and_action_gradient(obs, new_actions.detach())
+        # critic only: L(pi) = mean(alpha log pi - min_i Q_i) has dL/da = -grad_a min_i Q_i / B and
+        # dL/dlog pi = alpha / B.
+        q_new, q_new_grad = self.critic.min_q_and_action_gradient(obs, new_actions)
         actor_loss = (alpha * log_prob - q_new).mean()
-        self.actor_optim.zero_grad(set_to_none=True)
-        ((alpha * log_prob - (new_actions * q_new_grad).sum(-1)).mean()).backward()
+        actor_backward(q_new_grad.mul_(-1.0 / rows), alpha / rows)
         self.actor_optim.step()
 
-        # Critics.
+        # Critics: the losses' gradients in q and in the action gradients, by hand (`critic_losses`),
+        # then one backward through the critic ensemble.
         target = self.critic_target(batch, alpha)
         if cfg.eta > 0:
             q, action_grad = self.critic.q_and_action_gradient(obs, actions)
-            unit = action_grad / (action_grad.norm(dim=-1, keepdim=True) + 1e-10)
-            total = unit.sum(dim=0)
-            diversity = ((total * total).sum(-1) - (unit * unit).sum(dim=(0, 2))).mean() / (cfg.num_critics - 1)
+            outputs = (q, action_grad)
         else:
-            q, diversity = self.critic(obs, actions), torch.zeros((), device=self.device)
-        td_loss = (q - target).pow(2).mean(dim=1).sum()
-        critic_loss = td_loss + cfg.eta * diversity
+            q, action_grad = self.critic(obs, actions), None
+            outputs = (q,)
+        td_loss, diversity, output_grads = critic_losses(q.detach(), action_grad, target, cfg.eta)
         self.critic_optim.zero_grad(set_to_none=True)
-        critic_loss.backward()
+        torch.autograd.backward(outputs, output_grads)
         self.critic_optim.step()
 
         with torch.no_grad():
@@ -195,7 +228,7 @@ class SAC:
             "alpha": alpha,
             "q_mean": q.mean(),
             "q_std": q.std(dim=0).mean() if cfg.num_critics > 1 else torch.zeros((), device=self.device),
-            "entropy": -log_prob.detach().mean(),
+            "entropy": -log_prob.mean(),
         }
 
     def on_epoch_end(self, epoch: int, total_epochs: int) -> None:

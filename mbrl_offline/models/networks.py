@@ -98,6 +98,59 @@ class TanhGaussianActor(nn.Module):
         self.register_buffer("action_scale", (high - low) / 2)
         self.register_buffer("action_offset", (high + low) / 2)
 
+    @property
+    def linears(self) -> list[nn.Linear]:
+        return [m for m in self.trunk if isinstance(m, nn.Linear)]
+
+    @torch.no_grad()
+    def sample_with_backward(self, obs: torch.Tensor):
+        """``(action, log_prob)`` drawn as `forward` draws them (the same noise for the same RNG state),
+        without an autograd graph, and ``backward(d_action, d_log_prob)``, which sets each trunk
+        parameter's ``.grad`` to the gradient of ``sum(d_action * action) + sum(d_log_prob * log_prob)``
+        (``d_log_prob``: ``(B,)`` or a scalar for every row). SAC's actor step uses it: the same maths as
+        autograd through `forward` (tested), in 64 operators instead of autograd's 119 (counted with a
+        dispatch mode for a 3x256 actor), which matters where each operator costs tens of microseconds,
+        as after the critics' large products on a 2-core CPU.
+
+        With u = mu + std * noise, t = tanh(u), action = scale * t + offset and
+        log_prob = sum(-noise^2 / 2 - log_std - log(2 pi) / 2 - log(scale) - log(1 - t^2)):
+            d action / du = scale (1 - t^2),   d log_prob / du = -d log(1 - t^2) / du = 2 t,
+            d / dmu = d / du,   d / dlog_std = std * noise * d / du - d_log_prob (0 where it is clamped),
+        then down the ReLU trunk as any MLP.
+        """
+        linears = self.linears
+        inputs = [obs]  # each linear layer's input, kept for its weight gradient
+        for layer in linears[:-1]:
+            inputs.append(torch.addmm(layer.bias, inputs[-1], layer.weight.t()).relu_())
+        mu, raw_log_std = torch.addmm(linears[-1].bias, inputs[-1], linears[-1].weight.t()).chunk(2, dim=-1)
+        log_std = raw_log_std.clamp(self.log_std_min, self.log_std_max)
+        std = log_std.exp()
+        noise = torch.randn_like(mu)
+        u = torch.addcmul(mu, std, noise)
+        squashed = torch.tanh(u)
+        action = torch.addcmul(self.action_offset, squashed, self.action_scale)
+        log_prob = self._log_prob(noise, log_std, u)
+
+        def backward(d_action: torch.Tensor, d_log_prob: torch.Tensor) -> None:
+            d_log_prob = d_log_prob.unsqueeze(-1) if d_log_prob.dim() else d_log_prob
+            d_u = (1 - squashed * squashed).mul_(self.action_scale).mul_(d_action).add_(squashed * (2 * d_log_prob))
+            d_log_std = (d_u * std).mul_(noise).sub_(d_log_prob).mul_(log_std == raw_log_std)
+            d_out = torch.cat([d_u, d_log_std], dim=-1)
+            for i in range(len(linears) - 1, -1, -1):
+                linears[i].weight.grad = d_out.t().mm(inputs[i])
+                linears[i].bias.grad = d_out.sum(0)
+                if i > 0:
+                    d_out = torch.ops.aten.threshold_backward(d_out.mm(linears[i].weight), inputs[i], 0)
+
+        return action, log_prob, backward
+
+    def _log_prob(self, noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        """log N(u; mu, std) - sum log |d action / d u|, with the numerically stable
+        log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))."""
+        gaussian = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+        log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u)) + torch.log(self.action_scale)
+        return (gaussian - log_det).sum(-1)
+
     def forward(self, obs: torch.Tensor, deterministic: bool = False, with_log_prob: bool = True):
         """Returns ``(action, log_prob)``; ``log_prob`` is None when not asked for."""
         mu, log_std = self.trunk(obs).chunk(2, dim=-1)
@@ -111,8 +164,4 @@ class TanhGaussianActor(nn.Module):
         action = squashed * self.action_scale + self.action_offset
         if not with_log_prob:
             return action, None
-        # log N(u; mu, std) - sum log |d action / d u|, with the numerically stable
-        # log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u)).
-        gaussian = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
-        log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u)) + torch.log(self.action_scale)
-        return action, (gaussian - log_det).sum(-1)
+        return action, self._log_prob(noise, log_std, u)
