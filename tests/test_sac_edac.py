@@ -146,7 +146,7 @@ def test_edac_initialisation():
     assert out.weight.abs().max() <= 3e-3 and out.bias.abs().max() <= 3e-3
     assert hidden[0].weight.abs().max() <= 1 / 16  # CORL's fan quirk: 1/sqrt(out_features)
     actor = TanhGaussianActor(11, 3, -torch.ones(3), torch.ones(3), 256, 3, init="edac")
-    layers = [m for m in actor.trunk if isinstance(m, torch.nn.Linear)]
+    layers = actor.linears
     assert all(torch.all(layer.bias == 0.1) for layer in layers[:-1]) and layers[-1].weight.abs().max() <= 1e-3
 
 

@@ -74,9 +74,9 @@ def critic_losses(q: torch.Tensor, action_grad: Optional[torch.Tensor], target: 
     scale = norm + 1e-10
     unit = grad / scale
     total = unit.sum(dim=0)
-    members = q.shape[0]
-    diversity = ((total * total).sum() - (unit * unit).sum()) / (rows * (members - 1))
-    v = (total - unit).mul_(2.0 * eta / (rows * (members - 1)))
+    pairs = rows * (q.shape[0] - 1)  # B (N - 1)
+    diversity = ((total * total).sum() - (unit * unit).sum()) / pairs
+    v = (total - unit).mul_(2.0 * eta / pairs)
     along = (grad * v).sum(-1, keepdim=True).div_(norm.clamp_min(torch.finfo(norm.dtype).tiny))
     d_grad = v.sub_(unit.mul_(along)).div_(scale)
     return td, diversity, (error.mul_(2.0 / rows), d_grad)

@@ -88,7 +88,7 @@ class TanhGaussianActor(nn.Module):
         self.trunk = mlp(obs_dim, 2 * act_dim, hidden_size, hidden_layers)
         if init == "edac":  # hidden biases 0.1, mean and log-std heads U(±1e-3), as CORL's EDAC actor
             with torch.no_grad():
-                *hidden, head = [m for m in self.trunk if isinstance(m, nn.Linear)]
+                *hidden, head = self.linears
                 for layer in hidden:
                     layer.bias.fill_(0.1)
                 head.weight.uniform_(-1e-3, 1e-3)
