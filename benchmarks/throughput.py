@@ -4,7 +4,11 @@
 
 Prints, each with the matmul FLOPs it does (counted by torch's flop counter on one real call) and the
 fraction of this machine's fp32 matmul peak (timed in this process before and after: 1024^3 matmuls on
-the CPU, 8192^3 on a GPU, which 1024^3 does not fill; full fp32, as training runs, not TF32):
+the CPU, 8192^3 on a GPU, which 1024^3 does not fill; full fp32, as training runs, not TF32). The peak
+is what torch's own matmul reaches, as in ../shared/research/peer_speed.md. On AMD CPUs with AVX-512
+that is MKL's AVX2 code, about half of what the CPU can do: the script also prints the same product
+through oneDNN, which uses AVX-512 there, and whether ``MBRL_OFFLINE_MKL_AVX512=1`` (`mbrl_offline.
+mkl_avx512`) let MKL run its AVX-512 code in this process, in which case the peak is that code's.
 
 * RAVL agent updates/s: the full loop body (a mixed batch of 256 from a 1M real and a full 1.25M
   synthetic buffer, then one update of 10 critics and the actor, 3x256, EDAC eta = 1); on a GPU
@@ -32,9 +36,11 @@ import statistics
 import time
 from pathlib import Path
 
+import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads)
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from mbrl_offline import mkl_avx512
 from mbrl_offline.algorithms.coplanner import COPlannerConfig
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.buffer import TransitionBuffer, sample_mixed
@@ -63,6 +69,23 @@ def matmul_peak(device: torch.device, readings: int = 5) -> list[float]:
         sync(device)
         values.append(40 * 2 * size ** 3 / (time.perf_counter() - start) / 1e9)
     return values
+
+
+def onednn_matmul_rate(size: int = 1024, readings: int = 5) -> float | None:
+    """fp32 GFLOP/s of a size^3 product through the oneDNN library in torch's wheel, which picks its
+    code by instruction set on any vendor's CPU; None where torch has no oneDNN. On AMD CPUs with
+    AVX-512 this is about twice torch's matmul, for which MKL runs its AVX2 code (see mkl_avx512)."""
+    if not torch.backends.mkldnn.is_available():
+        return None
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    linear = torch.ops.mkldnn._linear_pointwise
+    best = 0.0
+    for _ in range(readings):
+        start = time.perf_counter()
+        for _ in range(20):
+            linear(a, b, None, "none", [], "")
+        best = max(best, 20 * 2 * size ** 3 / (time.perf_counter() - start) / 1e9)
+    return best
 
 
 def cpu_name() -> str:
@@ -224,7 +247,12 @@ def main() -> None:
     peak += matmul_peak(device)
     peak_gflops = statistics.median(peak)
     print(f"fp32 matmul peak: {peak_gflops:.0f} GFLOP/s (median of {len(peak)} readings, "
-          f"{min(peak):.0f}-{max(peak):.0f})")
+          f"{min(peak):.0f}-{max(peak):.0f}); torch.matmul, which the fractions below divide by")
+    if device.type == "cpu":
+        onednn = onednn_matmul_rate()
+        if onednn:
+            print(f"  the same product through oneDNN: {onednn:.0f} GFLOP/s (best of 5 readings)")
+        print(f"  MKL's AVX-512 code on AMD CPUs ({mkl_avx512.ENV_VAR}): {mkl_avx512.status()}")
     rows = [
         ("RAVL updates/s", updates, update_flops, "GFLOP/update", 1e9, 10.9),
         *([("  without CUDA graph", eager_updates, update_flops, "GFLOP/update", 1e9, None)]

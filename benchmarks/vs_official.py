@@ -29,6 +29,10 @@ peer_speed.md:
   no change from an upright hopper; ours uses a never-terminating function), so both generate all
   250,000 transitions per call.
 
+With ``MBRL_OFFLINE_MKL_AVX512=1`` in the environment both sides' processes let MKL run its AVX-512
+code on an AMD CPU (`mbrl_offline.mkl_avx512`), so the comparison stays like for like; the peak column
+shows which code ran (about twice the GFLOP/s with it).
+
 Two adapters, needed on a CPU, change nothing that is timed: ``gym`` is aliased to gymnasium if it
 is not installed, and the official rollout's ``done.to(reward.get_device())``, which is ``.to(-1)``
 on a CPU and raises, gets a tensor wrapper that keeps ``done`` on the CPU. The official dynamics model
@@ -45,10 +49,12 @@ import sys
 import time
 from pathlib import Path
 
+import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL)
 import numpy as np
 import torch
 
 import throughput
+from mbrl_offline import mkl_avx512
 
 OBS, ACT = throughput.OBS, throughput.ACT
 UNITS = {"agent": "updates/s", "dynamics": "samples/s", "rollouts": "transitions/s"}
@@ -223,7 +229,8 @@ def main() -> None:
     if args.side:
         child(args)
         return
-    print(f"cpu: {throughput.cpu_name()}; {args.threads} threads; torch {torch.__version__}")
+    print(f"cpu: {throughput.cpu_name()}; {args.threads} threads; torch {torch.__version__}; "
+          f"MKL's AVX-512 code on AMD CPUs: {mkl_avx512.status()}")
     print(f"{'measure':<11}{'pair':>5}{'official':>14}{'ours':>14}{'ratio':>8}{'peak GFLOP/s (off./ours)':>27}")
     for measure in args.measures:
         ratios = []

@@ -7,6 +7,11 @@
 
 __version__ = "0.1.0"
 
+# before anything loads torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL is linked (see the module)
+from mbrl_offline import mkl_avx512 as _mkl_avx512  # noqa: E402
+
+_mkl_avx512.apply_environment()
+
 from mbrl_offline.data import (  # noqa: E402
     ENVS,
     OfflineDataset,

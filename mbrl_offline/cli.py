@@ -14,6 +14,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
+from mbrl_offline import mkl_avx512
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
 
 T = TypeVar("T")
@@ -94,6 +95,7 @@ def cli_main(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
+            mkl_avx512.check_environment()
             return fn(*args, **kwargs)
         except MbrlOfflineError as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -202,6 +204,8 @@ def build_trainer(cfg, callbacks=None):
     dataset = load_dataset(cfg.env.dataset or env.default_dataset, env=env.name)
     print(f"{agent_cls.__name__} on {dataset.source} ({len(dataset)} transitions, data score "
           f"{dataset.summary()['normalized_score_mean']:.1f}); run folder {trainer_config.run_dir}", flush=True)
+    if torch.device(cfg.device).type == "cpu" and (advice := mkl_avx512.advice()):
+        print(advice, flush=True)
     torch.manual_seed(trainer_config.seed)
     agent = agent_cls.for_dataset(dataset, algo_config, cfg.device, dynamics_path=cfg.dynamics_path,
                                   cache_dir=cfg.dynamics_cache, progress=trainer_config.progress)

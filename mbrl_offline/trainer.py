@@ -30,6 +30,7 @@ from typing import Any, Optional
 import numpy as np
 import torch
 
+from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import TransitionBuffer, sample_mixed
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError, TrainingDiverged
@@ -126,12 +127,14 @@ class Trainer:
         return self.summary()
 
     def _write_run_info(self) -> None:
-        """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports."""
+        """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and
+        whether MKL ran its AVX-512 code on an AMD CPU (`mkl_avx512`), which changes the rounding."""
         with atomic_path(self.run_dir / "run.json") as tmp:
             tmp.write_text(json.dumps({
                 "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
                 "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
-                "trainer": asdict(self.config), "agent": asdict(self.agent.config)}, indent=2, default=str))
+                "trainer": asdict(self.config), "agent": asdict(self.agent.config),
+                "mkl_avx512": mkl_avx512.status()}, indent=2, default=str))
 
     def _run_epoch(self, bar) -> dict:
         cfg, agent = self.config, self.agent

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from mbrl_offline import load_dataset
+from mbrl_offline import load_dataset, mkl_avx512
 from mbrl_offline.algorithms import RAVL, RAVLConfig, load_policy
 from mbrl_offline.errors import CheckpointError, TrainingDiverged
 from mbrl_offline.generators import RolloutConfig
@@ -106,3 +106,5 @@ def test_logs_and_callbacks(data, tmp_path):
     assert {"transitions", "mean_length"} <= set(records[0]["rollout"]) and "eval" in records[1]
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     json.dumps(records)
+    info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert info["algorithm"] == "ravl" and info["mkl_avx512"] == mkl_avx512.status()
