@@ -123,12 +123,7 @@ class TanhGaussianActor(nn.Module):
         for layer in linears[:-1]:
             inputs.append(torch.addmm(layer.bias, inputs[-1], layer.weight.t()).relu_())
         mu, raw_log_std = torch.addmm(linears[-1].bias, inputs[-1], linears[-1].weight.t()).chunk(2, dim=-1)
-        log_std = raw_log_std.clamp(self.log_std_min, self.log_std_max)
-        std = log_std.exp()
-        noise = torch.randn_like(mu)
-        u = torch.addcmul(mu, std, noise)
-        squashed = torch.tanh(u)
-        action = torch.addcmul(self.action_offset, squashed, self.action_scale)
+        log_std, std, noise, u, squashed, action = self._draw(mu, raw_log_std)
         log_prob = self._log_prob(noise, log_std, u)
 
         def backward(d_action: torch.Tensor, d_log_prob: torch.Tensor) -> None:
@@ -144,6 +139,16 @@ class TanhGaussianActor(nn.Module):
 
         return action, log_prob, backward
 
+    def _draw(self, mu: torch.Tensor, raw_log_std: torch.Tensor):
+        """The sample of both `forward` and `sample_with_backward`: ``log_std`` (clamped), ``std``,
+        ``noise``, u = mu + std * noise, t = tanh(u) and action = scale * t + offset."""
+        log_std = raw_log_std.clamp(self.log_std_min, self.log_std_max)
+        std = log_std.exp()
+        noise = torch.randn_like(mu)
+        u = torch.addcmul(mu, std, noise)
+        squashed = torch.tanh(u)
+        return log_std, std, noise, u, squashed, torch.addcmul(self.action_offset, squashed, self.action_scale)
+
     def _log_prob(self, noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """log N(u; mu, std) - sum log |d action / d u|, with the numerically stable
         log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))."""
@@ -156,12 +161,7 @@ class TanhGaussianActor(nn.Module):
         mu, log_std = self.trunk(obs).chunk(2, dim=-1)
         if deterministic:
             return torch.tanh(mu) * self.action_scale + self.action_offset, None
-        log_std = log_std.clamp(self.log_std_min, self.log_std_max)
-        std = log_std.exp()
-        noise = torch.randn_like(mu)
-        u = mu + std * noise
-        squashed = torch.tanh(u)
-        action = squashed * self.action_scale + self.action_offset
+        log_std, _, noise, u, _, action = self._draw(mu, log_std)
         if not with_log_prob:
             return action, None
         return action, self._log_prob(noise, log_std, u)
