@@ -55,37 +55,32 @@ OBS, ACT = 11, 3
 REFERENCE_CPU = "the official code's figures measured on a 2-core AMD EPYC, family 26 (Zen 5), 177-186 GFLOP/s peak"
 
 
-def matmul_peak(device: torch.device, readings: int = 5) -> list[float]:
+def matmul_peak(device: torch.device, readings: int = 5, product=torch.matmul) -> list[float]:
+    """GFLOP/s readings of 40 size^3 fp32 ``product(a, b)`` calls each, after 5 warm-up calls."""
     size = 8192 if device.type == "cuda" else 1024
     a, b = torch.randn(size, size, device=device), torch.randn(size, size, device=device)
     for _ in range(5):
-        a @ b
+        product(a, b)
     values = []
     for _ in range(readings):
         sync(device)
         start = time.perf_counter()
         for _ in range(40):
-            a @ b
+            product(a, b)
         sync(device)
         values.append(40 * 2 * size ** 3 / (time.perf_counter() - start) / 1e9)
     return values
 
 
-def onednn_matmul_rate(size: int = 1024, readings: int = 5) -> float | None:
-    """fp32 GFLOP/s of a size^3 product through the oneDNN library in torch's wheel, which picks its
-    code by instruction set on any vendor's CPU; None where torch has no oneDNN. On AMD CPUs with
-    AVX-512 this is about twice torch's matmul, for which MKL runs its AVX2 code (see mkl_avx512)."""
+def onednn_matmul_rate() -> float | None:
+    """The best `matmul_peak` reading through the oneDNN library in torch's wheel, which picks its code
+    by instruction set on any vendor's CPU; None where torch has no oneDNN. On AMD CPUs with AVX-512
+    this is about twice torch's matmul, for which MKL runs its AVX2 code (see mkl_avx512)."""
     if not torch.backends.mkldnn.is_available():
         return None
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    linear = torch.ops.mkldnn._linear_pointwise
-    best = 0.0
-    for _ in range(readings):
-        start = time.perf_counter()
-        for _ in range(20):
-            linear(a, b, None, "none", [], "")
-        best = max(best, 20 * 2 * size ** 3 / (time.perf_counter() - start) / 1e9)
-    return best
+    # linear(a, b) = a @ b^T: the same work as a @ b
+    return max(matmul_peak(torch.device("cpu"), product=lambda a, b: torch.ops.mkldnn._linear_pointwise(
+        a, b, None, "none", [], "")))
 
 
 def cpu_name() -> str:
