@@ -42,17 +42,17 @@ ON = "MKL runs its AVX-512 code on this AMD CPU"
 # the AVX-512 subsets of Intel's first AVX-512 server CPUs, which MKL's AVX-512 code assumes
 REQUIRED_FLAGS = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
 
-_status = f"off ({ENV_VAR} is not 1)"
+_off_reason: str | None = f"{ENV_VAR} is not 1"  # None once the library is loaded
 _library = None  # the loaded CDLL, kept so that it stays loaded
 
 
 def status() -> str:
     """What `unlock` did in this process, as one line for logs: ``on (...)`` or ``off (why)``."""
-    return _status
+    return f"on ({ON})" if is_on() else f"off ({_off_reason})"
 
 
 def is_on() -> bool:
-    return _status.startswith("on")
+    return _off_reason is None
 
 
 def advice() -> str | None:
@@ -62,7 +62,7 @@ def advice() -> str | None:
     if is_on():
         return f"matmuls: {ON} ({ENV_VAR}=1)"
     if requested == "1":
-        return f"matmuls: {ENV_VAR}=1 did nothing: {_status[len('off ('):-1]}"
+        return f"matmuls: {ENV_VAR}=1 did nothing: {_off_reason}"
     if would_help() and not requested:
         return (f"hint: torch's MKL runs AVX2 code on this AMD CPU, which has AVX-512; {ENV_VAR}=1 lets it run "
                 "its AVX-512 code (1.6x the RAVL updates/s on a Zen 5 CPU; README, Speed)")
@@ -79,12 +79,12 @@ def apply_environment() -> str:
 
     Another value leaves it off, with the reason in `status`: an import should not fail over a speed
     setting. The command-line entry points stop on it with one error line (`check_environment`)."""
-    global _status
+    global _off_reason
     problem = _environment_problem()
     if problem:
-        _status = f"off ({problem})"
-        return _status
-    return unlock() if os.environ.get(ENV_VAR, "").strip() == "1" else _status
+        _off_reason = problem
+        return status()
+    return unlock() if os.environ.get(ENV_VAR, "").strip() == "1" else status()
 
 
 def check_environment() -> None:
@@ -106,9 +106,9 @@ def _environment_problem() -> str | None:
 
 def unlock() -> str:
     """Load the one-function library that makes MKL pick its code by instruction set; returns `status`."""
-    global _status, _library
+    global _off_reason, _library
     if _library is not None:
-        return _status
+        return status()
     reason = _cpu_reason()
     if reason is None and "torch" in sys.modules:
         reason = ("torch was imported before mbrl_offline, and MKL's own function was found first; "
@@ -118,8 +118,8 @@ def unlock() -> str:
             _library = _load(elf_shared_library(SYMBOL))
         except OSError as exc:
             reason = f"the library could not be loaded: {exc}"
-    _status = f"off ({reason})" if reason else f"on ({ON})"
-    return _status
+    _off_reason = reason
+    return status()
 
 
 def _cpu_reason(cpuinfo: str | None = None) -> str | None:
