@@ -143,13 +143,14 @@ def test_fingerprint_depends_on_transitions_only():
     assert a.fingerprint() != b.fingerprint()
 
 
-@pytest.mark.parametrize("threads", [1, 2, 3])
-def test_hand_written_training_step_matches_autograd(threads, device):
+@pytest.mark.parametrize("threads,bounds", [(1, "member"), (2, "member"), (3, "member"), (2, "shared")])
+def test_hand_written_training_step_matches_autograd(threads, bounds, device):
     """Loss and every gradient (weight decay included) as autograd gives them, with an odd member
-    count so that `member_matmul` also runs its leftover members as separate matmuls."""
+    count so that `member_matmul` also runs its leftover members as separate matmuls, for per-member
+    and shared log-variance bounds."""
     from mbrl_offline.models.dynamics import _SiLUEnsembleTrainingStep
     config = DynamicsConfig(ensemble_size=5, num_elites=3, hidden_size=24, hidden_layers=3,
-                            weight_decay=(0.1, 0.2, 0.3, 0.4))
+                            weight_decay=(0.1, 0.2, 0.3, 0.4), logvar_bounds=bounds)
     torch.manual_seed(0)
     model = GaussianEnsembleDynamics(3, 2, config)
     with torch.no_grad():  # log-variance bounds that bind on both sides, so both soft clamps matter
@@ -248,3 +249,107 @@ def test_cuda_graph_fit_matches_eager_fit():
         torch.testing.assert_close(ours["holdout_mse"], reference["holdout_mse"])
     for (name, ours), reference in zip(graphed.named_parameters(), eager.parameters()):
         torch.testing.assert_close(ours, reference, msg=name)
+
+
+# OfflineRL-Kit's dynamics recipe as its code sets it (run_mopo.py's and run_mobile.py's arguments,
+# EnsembleDynamicsModel, EnsembleDynamics.train, StandardScaler), written out here so that a change to
+# DYNAMICS_RECIPES["offlinerlkit"] or to MOPO's, MOBILE's or COPlanner's configs fails this test.
+OFFLINERLKIT_DYNAMICS = dict(
+    ensemble_size=7, num_elites=5, hidden_size=200, hidden_layers=4,  # --n-ensemble, --n-elites, 4 x 200
+    layer_norm=False, learning_rate=1e-3, weight_decay=(2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4),
+    logvar_bound_coef=0.01, logvar_bounds="shared",  # max_logvar/min_logvar: one (obs_dim + 1,) pair
+    init_truncation=None,  # nn.init.trunc_normal_(weight, std=1/(2*input_dim**0.5)): cut at ±2, not ±2 std
+    batch_size=256, holdout_ratio=0.2, max_holdout=1000,  # min(int(0.2 n), 1000)
+    bootstrap="once",  # np.random.randint once, shuffle_rows every epoch
+    max_epochs=2000, min_epochs=0, patience=5, improvement_threshold=0.01, input_clip=None)
+
+
+def test_mopo_mobile_coplanner_train_offlinerlkits_dynamics_recipe_and_ravl_its_own():
+    from mbrl_offline.algorithms import MOBILE, MOPO, RAVL, COPlanner
+    from mbrl_offline.models.dynamics import dynamics_recipe
+    expected = DynamicsConfig(**OFFLINERLKIT_DYNAMICS)
+    assert dynamics_recipe("offlinerlkit") == expected
+    assert MOPO.config_class().dynamics == expected
+    assert COPlanner.config_class().dynamics == expected
+    assert MOBILE.config_class().dynamics == dataclasses.replace(expected, max_epochs=30)  # --dynamics-max-epochs
+    ravl = RAVL.config_class().dynamics
+    # The official RAVL code: Ensemble.max_logvar/min_logvar shared, reinitialize_fc_layer_ cuts at ±2 std,
+    # MeanStdevFilter clips at 10, min_epochs 350, a 20% validation split.
+    assert ravl == dynamics_recipe("ravl") == DynamicsConfig(min_epochs=350)
+    assert (ravl.logvar_bounds, ravl.init_truncation, ravl.input_clip, ravl.min_epochs, ravl.max_holdout) == \
+        ("shared", 2.0, 10.0, 350, None)
+    torch.manual_seed(0)
+    layer = GaussianEnsembleDynamics(11, 3, ravl).hidden[0].weight  # std 1/(2 sqrt(14)) = 0.134
+    assert layer.abs().max() <= 2 * 0.134 and layer.abs().max() > 1.9 * 0.134
+    layer = GaussianEnsembleDynamics(11, 3, expected).hidden[0].weight
+    assert layer.abs().max() > 3 * 0.134 and 0.12 < layer.std() < 0.15
+    with pytest.raises(m.ConfigError, match="unknown dynamics recipe 'mbpo'; choose one of ravl, offlinerlkit"):
+        dynamics_recipe("mbpo")
+    with pytest.raises(m.ConfigError, match="unknown dynamics bootstrap"):
+        DynamicsConfig(bootstrap="twice")
+    assert DynamicsConfig(bootstrap=False).bootstrap == "none"  # configs saved before "once" existed
+
+
+def test_mopo_penalty_scale_on_a_fixed_tiny_model():
+    """MOPO's penalty max_i |sigma_i|_2 on a fixed 2-member model with known bounds: the shared bounds
+    of OfflineRL-Kit's recipe clamp every member's log-variance at one pair, the per-member bounds each
+    member at its own. The numbers are computed by hand from the soft clamp."""
+    from mbrl_offline.models.uncertainty import max_aleatoric_std
+    config = dict(ensemble_size=2, num_elites=1, hidden_size=4, hidden_layers=1, weight_decay=(0.0, 0.0))
+    obs, act = torch.zeros(3, 2), torch.zeros(3, 1)
+    penalties = {}
+    for bounds in ("shared", "member"):
+        model = GaussianEnsembleDynamics(2, 1, DynamicsConfig(logvar_bounds=bounds, **config))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.zero_()
+            model.head.bias[:, :, 3:] = 2.0  # raw log-variance 2 for every member and output (3 outputs)
+            model.max_logvar.fill_(1.0)
+            model.min_logvar.fill_(-10.0)
+            if bounds == "member":
+                model.max_logvar[1] = -1.0  # member 1's own, tighter upper bound
+            _, logvar = model.predict(obs, act)
+        penalties[bounds] = max_aleatoric_std(logvar)
+    softplus = torch.nn.functional.softplus
+    clamp = lambda top: torch.tensor(-10.0) + softplus(top - softplus(torch.tensor(top - 2.0)) + 10.0)
+    shared = (0.5 * clamp(1.0)).exp() * 3 ** 0.5  # both members at the shared bound 1
+    torch.testing.assert_close(penalties["shared"], shared.expand(3))
+    torch.testing.assert_close(penalties["member"], shared.expand(3))  # member 0 (bound 1) is the max
+    assert 2.44 < shared < 2.45
+
+
+def test_shared_bounds_fit_and_keep_their_last_values():
+    """With OfflineRL-Kit's shared bounds the members' snapshots leave the bounds out: after `fit` they
+    hold their values from the last epoch, while each member's layers come from its best epoch."""
+    data = linear_gaussian_data(n=1500)
+    torch.manual_seed(0)
+    config = dataclasses.replace(SMALL, logvar_bounds="shared", bootstrap="once", input_clip=None, max_epochs=8)
+    model = GaussianEnsembleDynamics(3, 1, config)
+    seen = {}
+    original = model._copy_members
+
+    def spy(state, members):  # the bounds' values at the end of each epoch's improvement check
+        seen["max_logvar"] = model.max_logvar.detach().clone()
+        original(state, members)
+
+    model._copy_members = spy
+    log = model.fit(data, progress=False)
+    assert model.max_logvar.shape == (1, 1, 4) and len(log) >= 2
+    assert not torch.equal(model.max_logvar, torch.full((1, 1, 4), 0.5))  # trained
+    if len(log) == config.max_epochs:  # the last epoch improved (else it is older than the last)
+        torch.testing.assert_close(model.max_logvar.detach(), seen["max_logvar"])
+
+
+def test_models_saved_before_the_recipes_load_with_per_member_bounds(tmp_path):
+    """A file saved before ``logvar_bounds`` existed holds per-member bounds: it still loads."""
+    torch.manual_seed(0)
+    model = GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, logvar_bounds="member"))
+    path = model.save(tmp_path / "old.pt")
+    saved = torch.load(path, weights_only=False)
+    del saved["config"]["logvar_bounds"], saved["config"]["init_truncation"]
+    saved["config"]["bootstrap"] = True
+    torch.save(saved, path)
+    loaded = GaussianEnsembleDynamics.load(path)
+    assert loaded.config.logvar_bounds == "member" and loaded.config.bootstrap == "every_epoch"
+    x = torch.randn(5, 4)
+    torch.testing.assert_close(loaded(x), model(x))

@@ -11,7 +11,7 @@ def constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2)):
     """Member m predicts delta = m + 1 in every dimension and reward m + 1, with tiny variance."""
     model = GaussianEnsembleDynamics(obs_dim, act_dim, DynamicsConfig(ensemble_size=members, num_elites=len(elites),
                                                                       hidden_size=8, hidden_layers=1,
-                                                                      weight_decay=(0.0, 0.0)))
+                                                                      weight_decay=(0.0, 0.0), logvar_bounds="member"))
     with torch.no_grad():
         for p in model.parameters():
             p.zero_()

@@ -22,7 +22,9 @@ adaptation, made as follows (../shared/research/coplanner_diffusion_baselines.md
 * **Rollouts** follow MOPO's schedule (50,000 starts per epoch, h = 5, 5 epochs retained, 5% real
   data) instead of the online MuJoCo code's length-1 rollouts from 100,000 states per model retrain.
 
-The learner is MOPO's SAC (OfflineRL-Kit's settings, `mbrl_offline.algorithms.mopo`). Cost: each
+The learner is MOPO's SAC (OfflineRL-Kit's settings, `mbrl_offline.algorithms.mopo`), and so is the
+dynamics recipe (OfflineRL-Kit's, on which the MOPO lambda it reuses was tuned), not the online
+COPlanner code's MBPO ensemble: the reward penalty is the part of this agent with a tuned scale. Cost: each
 stored transition takes K * H_p + 1 ensemble evaluations (26 at the defaults), batched as one call per
 planning step over all K x B candidate rows; `benchmarks/throughput.py` measures it.
 """

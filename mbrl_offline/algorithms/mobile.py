@@ -16,7 +16,10 @@ turns the clip off for tasks with negative rewards (Pendulum).
 Defaults: OfflineRL-Kit's ``run_mobile.py`` and the official ``configs/gym/default.py``: 2 critics of
 256x2, actor lr 1e-4 cosine-annealed over the run's epochs, critic lr 3e-4, alpha auto-tuned from 1 at
 lr 1e-4, gamma 0.99, tau 5e-3; rollouts of h = 1 from 50,000 states per epoch, 5 epochs retained, 5%
-real data; beta = 1.5. The per-dataset (h, beta) are configs: ``configs/preset/mobile-*.yaml``.
+real data; beta = 1.5; OfflineRL-Kit's dynamics recipe (``dynamics_recipe("offlinerlkit")``, see
+`mbrl_offline.algorithms.mopo`) with ``run_mobile.py``'s cap of 30 training epochs. The per-dataset
+(h, beta) are configs: ``configs/preset/mobile-*.yaml``. ``benchmarks/vs_offlinerlkit.py --algo
+mobile`` runs OfflineRL-Kit's ``MOBILEPolicy`` beside this class (docs/parity.md).
 
 Differences from the official code, none of which changes the losses' expectations: the update order
 is alpha, actor, critics (the official updates the critics first, then actor and alpha, and clamps
@@ -34,6 +37,7 @@ import torch
 from mbrl_offline.algorithms.model_based import ModelBasedSAC, OfflineRLKitSACConfig
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.rollouts import RolloutConfig
+from mbrl_offline.models.dynamics import DynamicsConfig, dynamics_recipe
 from mbrl_offline.models.uncertainty import bellman_target_spread
 
 
@@ -50,6 +54,8 @@ class MOBILEConfig(OfflineRLKitSACConfig):
     target_floor: Optional[float] = 0.0
     # Rollouts: h = 1 by default (tuned per dataset); no reward penalty at generation time.
     rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(horizon=1))
+    # OfflineRL-Kit's dynamics recipe with run_mobile.py's cap of 30 training epochs.
+    dynamics: DynamicsConfig = field(default_factory=lambda: dynamics_recipe("offlinerlkit", max_epochs=30))
 
     def __post_init__(self):
         super().__post_init__()

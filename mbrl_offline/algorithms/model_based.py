@@ -19,7 +19,8 @@ from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.rollouts import BranchedRollouts, RolloutConfig
-from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
+from mbrl_offline.models.dynamics import (DynamicsConfig, GaussianEnsembleDynamics, dynamics_recipe,
+                                          load_or_fit_dynamics)
 from mbrl_offline.models.termination import TerminationFn
 from mbrl_offline.models.true_dynamics import TrueDynamics
 
@@ -57,8 +58,10 @@ class OfflineRLKitSACConfig(ModelBasedConfig):
     auto_alpha: bool = True  # towards -|A|
     batch_size: int = 256
     real_ratio: float = 0.05
-    # OfflineRL-Kit's dynamics training: holdout min(20%, 1000) rows, plain early stopping.
-    dynamics: DynamicsConfig = field(default_factory=lambda: DynamicsConfig(max_holdout=1000))
+    # OfflineRL-Kit's dynamics recipe, on which MOPO's and MOBILE's coefficients were tuned: shared
+    # log-variance bounds, one bootstrap resample per member, holdout min(20%, 1000) rows, no input
+    # clipping, plain early stopping (DYNAMICS_RECIPES["offlinerlkit"] in mbrl_offline.models.dynamics).
+    dynamics: DynamicsConfig = field(default_factory=lambda: dynamics_recipe("offlinerlkit"))
 
 
 class ModelBasedSAC(SAC):

@@ -15,14 +15,19 @@ already penalised; everything else is SAC:
 Defaults: OfflineRL-Kit's ``run_mopo.py`` (2 critics of 256x2, actor lr 1e-4 with cosine annealing
 over the run's epochs, critic lr 3e-4, alpha auto-tuned from 1 at lr 1e-4 towards -|A|, gamma 0.99,
 tau 5e-3; 50,000 rollouts per epoch of horizon h = 5 with lambda = 0.5, 5 epochs retained, 5% real
-data; dynamics holdout capped at 1000 rows, no minimum epochs). The
+data) and OfflineRL-Kit's dynamics recipe (``dynamics_recipe("offlinerlkit")`` in
+`mbrl_offline.models.dynamics`: log-variance bounds shared by the members and kept at their last
+values, one bootstrap resample per member, holdout min(20%, 1000) rows, no input clipping, plain early
+stopping). lambda was tuned on that model: the penalty is the largest predicted std, which the
+learned bounds cap, so a model whose bounds settle elsewhere changes what a given lambda means. The
 per-dataset (h, lambda) are configs: ``configs/preset/mopo-*.yaml``. The paper's official values
 are for D4RL v0; OfflineRL-Kit's for v2 differ (../shared/research/coplanner_diffusion_baselines.md);
 the presets use OfflineRL-Kit's, since our data follow v2's conventions (true next states at time limits).
 
 Differences from OfflineRL-Kit, none of which changes the losses: the update order is alpha, actor,
 critics (CORL/EDAC's; OfflineRL-Kit updates the critics first) and alpha is not clamped at 1; the
-critics are one batched ensemble.
+critics are one batched ensemble. ``benchmarks/vs_offlinerlkit.py`` runs OfflineRL-Kit's own code and
+this class side by side on the same data; docs/parity.md holds its measurements.
 """
 from __future__ import annotations
 

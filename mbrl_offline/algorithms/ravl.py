@@ -24,7 +24,12 @@ Differences from the official code, none of which changes the losses:
   diversity term's action gradients without a second forward pass or autograd's double backward;
 * start states are all dataset transitions, including those at time limits (the official code reads
   ``d4rl.qlearning_dataset``, which drops them because old D4RL files stored no true next state there);
-* model transitions with non-finite predictions are dropped (see `BranchedRollouts`).
+* model transitions with non-finite predictions are dropped (see `BranchedRollouts`);
+* the dynamics recipe is the official one (``dynamics_recipe("ravl")``) but for the resampling and the
+  input statistics (`mbrl_offline.models.dynamics` lists both).
+
+``python benchmarks/vs_official.py --learn`` trains the official code and this class side by side on
+the same data (docs/parity.md).
 """
 from __future__ import annotations
 
@@ -33,7 +38,7 @@ from typing import Optional
 
 from mbrl_offline.algorithms.model_based import ModelBasedConfig, ModelBasedSAC
 from mbrl_offline.generators.rollouts import RolloutConfig
-from mbrl_offline.models.dynamics import DynamicsConfig
+from mbrl_offline.models.dynamics import DynamicsConfig, dynamics_recipe
 
 
 @dataclass
@@ -61,8 +66,9 @@ class RAVLConfig(ModelBasedConfig):
     # Model rollouts: k = horizon (tuned per dataset), 50k start states per epoch, buffer of 5 epochs,
     # actions sampled from the policy, no reward penalty.
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    # The dynamics ensemble: RAVL's 7 members / 5 elites, with its 350-epoch minimum training schedule.
-    dynamics: DynamicsConfig = field(default_factory=lambda: DynamicsConfig(min_epochs=350))
+    # The dynamics ensemble: the official RAVL recipe (7 members / 5 elites, per-member log-variance
+    # bounds, its 350-epoch minimum training schedule; DYNAMICS_RECIPES["ravl"]).
+    dynamics: DynamicsConfig = field(default_factory=lambda: dynamics_recipe("ravl"))
 
 
 class RAVL(ModelBasedSAC):

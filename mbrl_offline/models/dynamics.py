@@ -6,21 +6,39 @@ loop over members), for training, validation and prediction alike.
 
 Defaults follow the official RAVL code (itself MBPO/ReadyPolicyOne-style, see
 ../shared/research/ravl_neubay.md): 7 members, 5 elites, 4 hidden layers of 200 SiLU units,
-truncated-normal init with std 1/(2 sqrt(fan_in)), learnable log-variance bounds with PETS' soft
-clamp, loss ``sum_members mean(logvar + (y - mu)^2 exp(-logvar)) + 0.01 (sum max_logvar - sum min_logvar)``,
+normal init with std 1/(2 sqrt(fan_in)) cut at ±2 std, one pair of learnable log-variance bounds
+shared by the members with PETS' soft clamp, loss
+``sum_members mean(logvar + (y - mu)^2 exp(-logvar)) + 0.01 (sum max_logvar - sum min_logvar)``,
 per-layer L2 weight decay, Adam at 1e-3, batch 256, 20% holdout, bootstrap resampling, early
 stopping on the holdout MSE (a member improves when its error drops by more than 1%; stop after 5
 epochs without any improvement), elites = the members with the lowest holdout MSE.
 
-Deliberate differences from that code, each documented where it happens:
+Each agent trains the recipe of the code on which its coefficients were tuned (`DYNAMICS_RECIPES`,
+`dynamics_recipe`): RAVL the official RAVL code's, MOPO, MOBILE and COPlanner OfflineRL-Kit's. Both
+codes keep one pair of log-variance bounds for all members (``logvar_bounds="shared"``), so the 0.01
+penalty on the bounds meets the NLL pull of all seven members at once, and both leave the bounds out
+of the members' best snapshots (they keep their last values). This library used to give each member
+its own pair (``"member"``, still an option): the bounds then settled tighter, and MOPO's penalty,
+the largest predicted std over the members, came out smaller than the one its lambda was tuned for
+(docs/parity.md has the measurements). The recipes differ in:
 
-* Inputs are standardised with the mean and std of the training inputs (the official filter is fed
-  ``observations[0]`` once plus all next observations, a quirk with no purpose); clipping at ±10 is kept.
-* Every member gets a fresh bootstrap resample each epoch (OfflineRL-Kit's way; RAVL resamples once
-  and re-permutes the member-to-resample assignment each epoch). ``bootstrap=False`` gives every member
-  its own shuffle of the same data instead.
-* ``min_epochs`` (RAVL: 350, with one learning-rate drop if patience runs out earlier) defaults to 0
-  here, which is OfflineRL-Kit's plain early stopping; set 350 for RAVL's schedule.
+* ``bootstrap``: OfflineRL-Kit draws one resample per member before training and reshuffles it each
+  epoch (``"once"``); RAVL's recipe here draws a fresh resample per member and epoch
+  (``"every_epoch"``; the official code draws 7 resamples once and re-permutes which member trains on
+  which each epoch, so that a member also sees most of the data over the epochs);
+* ``input_clip``: RAVL clips the standardised inputs at ±10, OfflineRL-Kit does not;
+* ``init_truncation``: RAVL cuts the init normal at ±2 std; OfflineRL-Kit's cut (torch's default, ±2
+  absolute) is about 57 std, i.e. none;
+* the holdout: 20% (RAVL), min(20%, 1000 rows) (OfflineRL-Kit); ``min_epochs``: 350 (RAVL, with one
+  learning-rate drop if patience runs out earlier), 0 (OfflineRL-Kit's plain early stopping).
+
+Deliberate differences from both codes:
+
+* Inputs are standardised with the mean and (unbiased) std of the training inputs (the official RAVL
+  filter is fed ``observations[0]`` once plus all next observations, a quirk with no purpose;
+  OfflineRL-Kit takes the population std: a factor of 1 + 1/(2n) on the std).
+* A final partial batch of an epoch is dropped (OfflineRL-Kit trains on it): at most 255 of the
+  epoch's rows, which a fresh shuffle puts in the next epoch's batches.
 """
 from __future__ import annotations
 
@@ -46,6 +64,10 @@ from mbrl_offline.models.uncertainty import (max_aleatoric_std, mean_disagreemen
 from mbrl_offline.utils import CUDAGraphed, atomic_torch_save, progress_bar
 
 
+BOOTSTRAP = ("every_epoch", "once", "none")
+LOGVAR_BOUNDS = ("member", "shared")
+
+
 @dataclass
 class DynamicsConfig:
     ensemble_size: int = 7  # members trained together
@@ -57,23 +79,71 @@ class DynamicsConfig:
     # L2 weight decay of each layer's weights (hidden layers, then the output head), as in RAVL.
     weight_decay: tuple = (2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4)
     logvar_bound_coef: float = 0.01  # weight of the penalty that keeps the learned log-variance bounds tight
+    # The learned log-variance bounds: "shared" (one pair for all members, which every member's NLL
+    # pulls on and which keeps its last value: the official RAVL code's Ensemble and OfflineRL-Kit's
+    # EnsembleDynamicsModel) or "member" (each member its own pair, restored with the member's snapshot).
+    logvar_bounds: str = "shared"
+    # Weights start from a normal with std 1/(2 sqrt(fan_in)) cut at ±init_truncation stds (RAVL: 2);
+    # None: not cut (OfflineRL-Kit calls trunc_normal_ with its default cut at ±2 absolute, ~57 stds).
+    init_truncation: Optional[float] = 2.0
     batch_size: int = 256
     holdout_ratio: float = 0.2  # fraction of the data held out for early stopping and elite selection
     max_holdout: Optional[int] = None  # cap on holdout rows (OfflineRL-Kit uses 1000); None: no cap
-    bootstrap: bool = True  # each member trains on its own resample drawn with replacement
+    # Each member's training rows: "every_epoch" (a fresh resample with replacement per member and
+    # epoch), "once" (one resample per member drawn before training, reshuffled each epoch:
+    # OfflineRL-Kit) or "none" (every member its own shuffle of all rows). True/False read as
+    # "every_epoch"/"none" (configs saved before "once" existed).
+    bootstrap: str = "every_epoch"
     max_epochs: int = 2000
     min_epochs: int = 0  # RAVL: 350 (early stopping before then lowers the learning rate once instead)
     patience: int = 5  # epochs without any member improving before stopping
     improvement_threshold: float = 0.01  # relative holdout-MSE drop that counts as an improvement
-    input_clip: float = 10.0  # normalised inputs are clipped to ±input_clip
+    input_clip: Optional[float] = 10.0  # normalised inputs are clipped to ±input_clip; None: no clip (OfflineRL-Kit)
     seed: int = 0
 
     def __post_init__(self):
+        if isinstance(self.bootstrap, bool):
+            self.bootstrap = "every_epoch" if self.bootstrap else "none"
+        if self.bootstrap not in BOOTSTRAP:
+            raise ConfigError(f"unknown dynamics bootstrap '{self.bootstrap}'; choose one of {', '.join(BOOTSTRAP)}.")
+        if self.logvar_bounds not in LOGVAR_BOUNDS:
+            raise ConfigError(f"unknown dynamics logvar_bounds '{self.logvar_bounds}'; choose one of "
+                              f"{', '.join(LOGVAR_BOUNDS)}.")
         if not 0 < self.num_elites <= self.ensemble_size:
             raise ConfigError(f"num_elites must be in 1..ensemble_size ({self.ensemble_size}), got {self.num_elites}.")
         if len(self.weight_decay) != self.hidden_layers + 1:
             raise ConfigError(f"weight_decay needs {self.hidden_layers + 1} values (hidden layers + head), "
                               f"got {len(self.weight_decay)}.")
+
+
+# Each agent's dynamics recipe: the settings of the code on which its coefficients were tuned, written
+# out in full (tests/test_dynamics.py checks them), as keyword arguments of DynamicsConfig.
+DYNAMICS_RECIPES = {
+    # The official RAVL code (anyasims/edge-of-reach, train_dynamics_model.py; MBPO's recipe). Both
+    # codes keep one pair of log-variance bounds for all members, out of the members' snapshots.
+    "ravl": dict(ensemble_size=7, num_elites=5, hidden_size=200, hidden_layers=4, layer_norm=False,
+                 learning_rate=1e-3, weight_decay=(2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4), logvar_bound_coef=0.01,
+                 logvar_bounds="shared", init_truncation=2.0, batch_size=256, holdout_ratio=0.2, max_holdout=None,
+                 bootstrap="every_epoch", max_epochs=2000, min_epochs=350, patience=5,
+                 improvement_threshold=0.01, input_clip=10.0),
+    # OfflineRL-Kit's EnsembleDynamicsModel and EnsembleDynamics.train as run_mopo.py and run_mobile.py
+    # call them: one bootstrap resample per member reshuffled each epoch, holdout min(20%, 1000) rows,
+    # no input clipping, no minimum epochs (run_mobile.py caps training at 30 epochs: MOBILE's config),
+    # an init normal that is not cut.
+    "offlinerlkit": dict(ensemble_size=7, num_elites=5, hidden_size=200, hidden_layers=4, layer_norm=False,
+                         learning_rate=1e-3, weight_decay=(2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4),
+                         logvar_bound_coef=0.01, logvar_bounds="shared", init_truncation=None, batch_size=256,
+                         holdout_ratio=0.2,
+                         max_holdout=1000, bootstrap="once", max_epochs=2000, min_epochs=0, patience=5,
+                         improvement_threshold=0.01, input_clip=None),
+}
+
+
+def dynamics_recipe(name: str, **overrides) -> DynamicsConfig:
+    """The `DynamicsConfig` of a recipe in `DYNAMICS_RECIPES` ("ravl", "offlinerlkit"), with ``overrides``."""
+    if name not in DYNAMICS_RECIPES:
+        raise ConfigError(f"unknown dynamics recipe '{name}'; choose one of {', '.join(DYNAMICS_RECIPES)}.")
+    return DynamicsConfig(**{**DYNAMICS_RECIPES[name], **overrides})
 
 
 class GaussianEnsembleDynamics(nn.Module):
@@ -94,14 +164,18 @@ class GaussianEnsembleDynamics(nn.Module):
             self.hidden.append(EnsembleLinear(in_dim if i == 0 else width, width, n))
             self.norms.append(EnsembleLayerNorm(width, n) if config.layer_norm else nn.Identity())
         self.head = EnsembleLinear(width, 2 * out_dim, n)
-        # Learnable bounds of each member's log-variance (per member, as RAVL's separate member modules).
-        self.max_logvar = nn.Parameter(torch.full((n, 1, out_dim), 0.5))
-        self.min_logvar = nn.Parameter(torch.full((n, 1, out_dim), -10.0))
+        # Learnable bounds of the log-variance: one pair for all members (both official codes) or one
+        # pair per member, shaped to broadcast over (members, rows, outputs).
+        bounds = n if config.logvar_bounds == "member" else 1
+        self.max_logvar = nn.Parameter(torch.full((bounds, 1, out_dim), 0.5))
+        self.min_logvar = nn.Parameter(torch.full((bounds, 1, out_dim), -10.0))
         self.register_buffer("input_mean", torch.zeros(in_dim))
         self.register_buffer("input_std", torch.ones(in_dim))
         self.register_buffer("elites", torch.arange(config.num_elites))
         for layer in [*self.hidden, self.head]:
-            nn.init.trunc_normal_(layer.weight, std=1.0 / (2.0 * math.sqrt(layer.in_features)))
+            std = 1.0 / (2.0 * math.sqrt(layer.in_features))
+            cut = 2.0 if config.init_truncation is None else config.init_truncation * std  # torch's default: ±2
+            nn.init.trunc_normal_(layer.weight, std=std, a=-cut, b=cut)
             nn.init.zeros_(layer.bias)
         self.train_log: list[dict] = []
 
@@ -111,7 +185,9 @@ class GaussianEnsembleDynamics(nn.Module):
 
     def _normalise_inputs(self, x: torch.Tensor) -> torch.Tensor:
         """Standardise raw ``[s, a]`` rows with the training statistics, clipped to ±input_clip."""
-        return ((x - self.input_mean) / self.input_std).clamp(-self.config.input_clip, self.config.input_clip)
+        x = (x - self.input_mean) / self.input_std
+        clip = self.config.input_clip
+        return x if clip is None else x.clamp(-clip, clip)
 
     def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised inputs ``(B, in)`` or ``(M, B, in)`` -> mean and log-variance ``(M, B, obs_dim + 1)``
@@ -120,7 +196,7 @@ class GaussianEnsembleDynamics(nn.Module):
             x = layer(x, members)
             x = nn.functional.silu(x if isinstance(norm, nn.Identity) else norm(x, members))
         mean, logvar = self.head(x, members).chunk(2, dim=-1)
-        max_logvar, min_logvar = ((self.max_logvar, self.min_logvar) if members is None
+        max_logvar, min_logvar = ((self.max_logvar, self.min_logvar) if members is None or len(self.max_logvar) == 1
                                   else (self.max_logvar[members], self.min_logvar[members]))
         # PETS' soft clamp keeps log-variances inside the learned [min_logvar, max_logvar].
         logvar = max_logvar - nn.functional.softplus(max_logvar - logvar)
@@ -249,6 +325,8 @@ class GaussianEnsembleDynamics(nn.Module):
 
         graphed = CUDAGraphed(train_batch) if cuda_graph and device.type == "cuda" and not cfg.layer_norm else None
         n_train, members = len(train_x), cfg.ensemble_size
+        if cfg.bootstrap == "once":  # OfflineRL-Kit: one resample per member, reshuffled every epoch
+            resample = torch.randint(0, n_train, (members, n_train), generator=generator, device=device)
         best_mse = self.holdout_mse(holdout_x, holdout_y)
         best_state = copy.deepcopy(self.state_dict())
         epochs_since_improvement, lr_dropped = 0, False
@@ -256,10 +334,12 @@ class GaussianEnsembleDynamics(nn.Module):
         bar = progress_bar(total=cfg.max_epochs, desc="dynamics", disable=not progress)
         for epoch in range(1, cfg.max_epochs + 1):
             self.train()
-            if cfg.bootstrap:
+            if cfg.bootstrap == "every_epoch":
                 index = torch.randint(0, n_train, (members, n_train), generator=generator, device=device)
             else:
                 index = torch.argsort(torch.rand(members, n_train, generator=generator, device=device), dim=1)
+                if cfg.bootstrap == "once":
+                    index = torch.gather(resample, 1, index)
             epoch_loss = torch.zeros((), device=device)  # summed on the device: no sync per batch
             batches = n_train // cfg.batch_size  # a final partial batch is dropped (a fresh resample follows)
             start = time.perf_counter()
@@ -294,6 +374,8 @@ class GaussianEnsembleDynamics(nn.Module):
                 epochs_since_improvement = 0
         bar.close()
         optimizer.zero_grad(set_to_none=True)
+        if cfg.logvar_bounds == "shared":  # not part of any member's snapshot: they keep their last values
+            best_state["max_logvar"], best_state["min_logvar"] = self.max_logvar.detach(), self.min_logvar.detach()
         self.load_state_dict(best_state)
         self.elites.copy_(torch.argsort(best_mse)[:cfg.num_elites].sort().values)
         return self.train_log
@@ -314,9 +396,12 @@ class GaussianEnsembleDynamics(nn.Module):
     def _copy_members(self, state: dict, members: torch.Tensor) -> None:
         """Copy the current parameters of the given members (bool mask over the ensemble) into ``state``.
 
-        Every parameter has the ensemble as its first dimension; buffers (normaliser, elites) are shared."""
+        Every member parameter has the ensemble as its first dimension; buffers (normaliser, elites) and
+        shared log-variance bounds belong to no member and are not copied."""
+        shared = ("max_logvar", "min_logvar") if self.config.logvar_bounds == "shared" else ()
         for name, value in self.named_parameters():
-            state[name][members] = value[members]
+            if name not in shared:
+                state[name][members] = value[members]
 
     # ------------------------------------------------------------------------------ save/load
     def save(self, path: str | Path) -> Path:
@@ -330,6 +415,9 @@ class GaussianEnsembleDynamics(nn.Module):
         saved = torch.load(path, map_location=map_location, weights_only=False)
         config = saved["config"]
         config["weight_decay"] = tuple(config["weight_decay"])
+        # models saved before these settings existed had per-member bounds and an uncut init
+        config.setdefault("logvar_bounds", "member")
+        config.setdefault("init_truncation", None)
         model = cls(saved["obs_dim"], saved["act_dim"], DynamicsConfig(**config))
         model.load_state_dict(saved["state_dict"])
         model.train_log = saved["train_log"]
@@ -436,9 +524,10 @@ class _SiLUEnsembleTrainingStep:
 
         grad_logvar = weighted_sq.mul_(-k).add_(k)  # K (1 - (mu - y)^2 e)
         grad_l1 = u.sigmoid_().mul_(grad_logvar)
-        torch.sum(torch.sub(grad_logvar, grad_l1, out=logvar), dim=1, keepdim=True, out=min_logvar.grad).sub_(c)
+        bound_dims = 1 if len(max_logvar) == members else (0, 1)  # per-member bounds, or one shared pair
+        torch.sum(torch.sub(grad_logvar, grad_l1, out=logvar), dim=bound_dims, keepdim=True, out=min_logvar.grad).sub_(c)
         grad_raw = torch.mul(grad_l1, v.sigmoid_(), out=self.head_grad[..., out_dim:])
-        torch.sum(torch.sub(grad_l1, grad_raw, out=v), dim=1, keepdim=True, out=max_logvar.grad).add_(c)
+        torch.sum(torch.sub(grad_l1, grad_raw, out=v), dim=bound_dims, keepdim=True, out=max_logvar.grad).add_(c)
         torch.mul(error, precision, out=self.head_grad[..., :out_dim]).mul_(2.0 * k)
 
         grad_out = self.head_grad

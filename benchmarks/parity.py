@@ -1,0 +1,442 @@
+"""What the learning harnesses beside this file share (`vs_offlinerlkit.py` for MOPO and MOBILE,
+``vs_official.py --learn`` for RAVL): the common data split, the measurements, our side of a run, the
+processes, and the report that docs/parity.md is written by.
+
+Each (algorithm, dataset, seed, side) runs in its own process on one CPU thread and writes one JSON
+file under ``--results``; a file already there is kept and not run again, so an interrupted command
+continues where it stopped. ``--report FILE`` reads every JSON in ``--results`` (of either harness),
+prints the comparison, and writes it as markdown with one PNG of learning curves per (algorithm,
+dataset) beside it.
+
+Both sides get the same arrays: the bundled dataset (``mbrl_offline.load_dataset``) less one common
+holdout of 1000 rows drawn with a fixed seed (``SPLIT_SEED``), which neither side trains on. Our side
+is ``<Agent>.for_dataset`` with the algorithm's config, the preset ``configs/preset/<algo>-<dataset>.yaml``
+where there is one, and ``Trainer``, as ``examples/train.py`` runs them, with the dynamics seed set to
+the run seed (so that seeds differ on both sides).
+
+What each side reports, measured the same way on both:
+
+* the dynamics model's error on the common holdout: the mean over the elites of each member's MSE of
+  its mean [s' - s, r] (and the same over all members), and the holdout loss as each side logs it;
+* on the holdout's 1000 states, with their dataset actions and with uniformly random actions: the
+  mean and std of MOPO's uncertainty u = max_i |sigma_i|_2 (over all members) and of the penalised
+  reward r - lambda u, with r the side's own model step (a random elite's sample) and lambda the MOPO
+  preset's for every algorithm (for MOBILE and RAVL, which do not penalise rewards, this describes
+  the model only);
+* after every epoch: the normalised score (`mbrl_offline.evaluation.evaluate_policy`, the same
+  episode seeds on both sides, the deterministic policy), the mean (penalised) reward of that epoch's
+  rollouts, the mean of min_j Q_j(s, a) on 10,000 fixed dataset rows, and for MOBILE the mean and std
+  of its penalty (the Bellman-target spread, each side's own function) on the holdout's pairs.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL)
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+SPLIT_SEED = 20_240_520  # the common holdout and the probe rows, the same for every run
+HOLDOUT_ROWS, Q_ROWS = 1000, 10_000
+NAMES = {"offlinerlkit": "OfflineRL-Kit", "official": "official RAVL code", "ours": "ours"}
+BUDGET = ("dynamics_max_epochs", "epochs", "updates_per_epoch", "rollouts", "eval_episodes")
+
+
+@dataclass
+class Peer:
+    """A peer's code as one harness runs it."""
+    side: str  # its name in the results ("offlinerlkit", "official")
+    option: str  # the command-line option that names its checkout
+    repository: str  # where to clone it from
+    algos: tuple[str, ...]  # the algorithms its harness compares
+    is_checkout: Callable[[Path], bool]
+    run: Callable  # (args, checkout) -> the side's results
+    script: str  # the harness file, which the worker processes run
+    script_args: tuple[str, ...] = ()  # what the worker processes put after the file (vs_official.py: --learn)
+
+
+# ------------------------------------------------------------------------------------ shared parts
+def common_data(dataset_name: str):
+    """The dataset, its training rows (all but the common holdout), the holdout rows and the rows
+    on which Q is measured."""
+    data = mbrl_offline.load_dataset(dataset_name)
+    rng = np.random.default_rng(SPLIT_SEED)
+    order = rng.permutation(len(data))
+    holdout = np.sort(order[:HOLDOUT_ROWS])
+    train = np.sort(order[HOLDOUT_ROWS:])
+    q_rows = np.sort(rng.choice(len(train), Q_ROWS, replace=False))
+    return data, data.subset(train), data.subset(holdout), q_rows
+
+
+def preset(algo: str, dataset_name: str) -> dict:
+    """The ``algo`` settings of ``configs/preset/<algo>-<dataset>.yaml`` ({} where there is none)."""
+    from omegaconf import OmegaConf
+    path = ROOT / "configs" / "preset" / f"{algo}-{dataset_name}.yaml"
+    return OmegaConf.to_container(OmegaConf.load(path))["algo"] if path.is_file() else {}
+
+
+def settings(algo: str, dataset_name: str) -> dict:
+    """The per-dataset values both sides use: horizon, the algorithm's penalty coefficient, alpha,
+    and MOPO's lambda for the model-level penalty measure; the config's defaults where the preset is
+    silent."""
+    from mbrl_offline.algorithms import get_algorithm
+    default = get_algorithm(algo)[1]()
+    p = preset(algo, dataset_name)
+    rollout = p.get("rollout", {})
+    out = {"horizon": rollout.get("horizon", default.rollout.horizon),
+           "mopo_lambda": preset("mopo", dataset_name).get("rollout", {}).get("penalty_coef", 0.5),
+           "auto_alpha": p.get("auto_alpha", default.auto_alpha), "init_alpha": p.get("init_alpha", default.init_alpha),
+           "penalty_coef": (rollout.get("penalty_coef", default.rollout.penalty_coef) if algo == "mopo"
+                            else p.get("penalty_coef", getattr(default, "penalty_coef", None)))}
+    if algo == "ravl":
+        out.update(num_critics=default.num_critics, eta=default.eta, real_ratio=default.real_ratio)
+    return out
+
+
+def model_measures(predict, step, elites, holdout, lam: float, act_low, act_high) -> dict:
+    """Holdout error and MOPO's uncertainty and penalised reward on the holdout's states.
+
+    ``predict(obs, act)`` gives each member's mean and log-variance of [s' - s, r] ``(N, B, D)``;
+    ``step(obs, act)`` gives the side's own sampled model reward ``(B,)``."""
+    obs, act = holdout.observations, holdout.actions
+    target = np.concatenate([holdout.next_observations - obs, holdout.rewards[:, None]], axis=1)
+    mean, logvar = (np.asarray(t, np.float64) for t in predict(obs, act))
+    member_mse = ((mean - target) ** 2).mean(axis=(1, 2))
+    out = {"holdout_mse_elites": float(member_mse[elites].mean()), "holdout_mse_all": float(member_mse.mean()),
+           "holdout_mse_members": member_mse.tolist()}
+    rng = np.random.default_rng(SPLIT_SEED + 1)
+    random_act = rng.uniform(act_low, act_high, size=act.shape).astype(np.float32)
+    for name, actions in (("data_actions", act), ("random_actions", random_act)):
+        _, logvar = (np.asarray(t, np.float64) for t in predict(obs, actions))
+        u = np.linalg.norm(np.exp(0.5 * logvar), axis=2).max(axis=0)
+        reward = np.asarray(step(obs, actions), np.float64)
+        penalised = reward - lam * u
+        out[name] = {"u_mean": float(u.mean()), "u_std": float(u.std()), "reward_mean": float(reward.mean()),
+                     "penalised_reward_mean": float(penalised.mean()), "penalised_reward_std": float(penalised.std())}
+    return out
+
+
+def eval_seed(seed: int, epoch: int) -> int:
+    """`Trainer.evaluate`'s episode seed for ``epoch`` (the epoch just finished)."""
+    return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0] % 2**31)
+
+
+def yaml_value(text: str):
+    """A command-line value as YAML reads it (``member``, ``10.0``, ``null``)."""
+    import yaml
+    return yaml.safe_load(text)
+
+
+# ------------------------------------------------------------------------------------------- ours
+def run_ours(args) -> dict:
+    from mbrl_offline.algorithms import get_algorithm
+    from mbrl_offline.cli import config_to_dataclass
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.logging import read_metrics
+    from mbrl_offline.trainer import Trainer, TrainerConfig
+
+    data, train, holdout, q_rows = common_data(args.dataset)
+    env = get_env_info(data.env_name)
+    low, high = env.action_bounds()
+    s = settings(args.algo, args.dataset)
+    agent_cls, _ = get_algorithm(args.algo)
+    values = dataclasses.asdict(agent_cls.config_class())
+    for key, value in preset(args.algo, args.dataset).items():
+        values[key] = {**values[key], **value} if isinstance(value, dict) else value
+    values["rollout"]["rollouts_per_epoch"] = args.rollouts
+    values["dynamics"].update(max_epochs=args.dynamics_max_epochs, seed=args.seed)
+    for item in args.ours_dynamics or []:  # e.g. logvar_bounds=member: another recipe, for comparison
+        key, _, value = item.partition("=")
+        values["dynamics"][key] = yaml_value(value)
+    config = config_to_dataclass(agent_cls.config_class, values, "algo")
+
+    torch.manual_seed(args.seed)
+    folder = tempfile.mkdtemp(prefix="ours-")
+    start = time.perf_counter()
+    agent = agent_cls.for_dataset(train, config, "cpu", cache_dir=folder, progress=False)
+    dynamics_seconds = time.perf_counter() - start
+    model_ = agent.dynamics
+
+    def predict(obs, act):
+        with torch.no_grad():
+            mean, logvar = model_.predict(torch.as_tensor(obs), torch.as_tensor(act))
+        return mean.numpy(), logvar.numpy()
+
+    def step(obs, act):
+        return model_.step(torch.as_tensor(obs), torch.as_tensor(act))["rewards"].numpy()
+
+    model = model_measures(predict, step, model_.elites.numpy(), holdout, s["mopo_lambda"], low, high)
+    model["own_holdout_loss"] = float(np.mean(sorted(model_.train_log[-1]["holdout_mse"])[:config.dynamics.num_elites]))
+    model["epochs"] = len(model_.train_log)
+    model["seconds"] = dynamics_seconds
+    model["logvar_bounds"] = {"max_mean": model_.max_logvar.mean().item(), "min_mean": model_.min_logvar.mean().item()}
+
+    dynamics_log = [float(np.mean(sorted(r["holdout_mse"])[:config.dynamics.num_elites])) for r in model_.train_log]
+    if args.epochs == 0:  # the dynamics model alone
+        return {"model": model, "curve": [], "dynamics_holdout_log": dynamics_log,
+                "dynamics_config": dataclasses.asdict(config.dynamics)}
+    q_obs = torch.as_tensor(train.observations[q_rows])
+    q_act = torch.as_tensor(train.actions[q_rows])
+    h_obs, h_act = torch.as_tensor(holdout.observations), torch.as_tensor(holdout.actions)
+    extras: list[dict] = []
+
+    class Measure:
+        def on_eval(self, trainer, epoch, result):
+            with torch.no_grad():
+                extra = {"q_mean": agent.critic(q_obs, q_act).min(dim=0).values.mean().item()}
+                if args.algo == "mobile":
+                    penalty = agent.bellman_uncertainty(h_obs, h_act)
+                    extra.update(penalty_mean=penalty.mean().item(), penalty_std=penalty.std().item())
+            extras.append(extra)
+
+    run_dir = Path(folder) / "run"
+    trainer = Trainer(agent, train, TrainerConfig(epochs=args.epochs, updates_per_epoch=args.updates_per_epoch,
+                                                  eval_every=1, eval_episodes=args.eval_episodes, seed=args.seed,
+                                                  run_dir=str(run_dir), progress=False, tensorboard=False,
+                                                  checkpoint_every=args.epochs),
+                      callbacks=[Measure()])
+    start = time.perf_counter()
+    trainer.train()
+    metrics = read_metrics(run_dir)
+    curve = [{"epoch": h["epoch"], "normalized_score": h["normalized_score"], "return_mean": h["return_mean"],
+              "rollout_reward_mean": m["rollout"]["reward_mean"], "alpha": m["train"]["alpha"], **e}
+             for h, m, e in zip(trainer.history, metrics, extras)]
+    return {"model": model, "curve": curve, "agent_seconds": time.perf_counter() - start,
+            "dynamics_holdout_log": dynamics_log, "dynamics_config": dataclasses.asdict(config.dynamics)}
+
+
+# ---------------------------------------------------------------------------------------- driver
+def result_path(results: Path, algo: str, dataset: str, seed: int, side: str, dynamics_only: bool = False) -> Path:
+    return results / f"{algo}-{dataset}{'-dynamics' if dynamics_only else ''}-seed{seed}-{side}.json"
+
+
+def worker(args, peer: Peer) -> None:
+    torch.set_num_threads(1)
+    out = peer.run(args, Path(args.checkout)) if args.side == peer.side else run_ours(args)
+    out.update(side=args.label or args.side, code_side=args.side, ours_dynamics=args.ours_dynamics, algo=args.algo,
+               dataset=args.dataset, seed=args.seed, budget={k: getattr(args, k) for k in BUDGET},
+               settings=settings(args.algo, args.dataset), torch_threads=1, cpu=_cpu(), torch=torch.__version__)
+    path = Path(args.out)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(out, indent=1))
+    tmp.replace(path)
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def run_all(args, peer: Peer) -> None:
+    results = Path(args.results)
+    results.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for algo in args.algo:
+        for dataset in args.dataset:
+            for seed in args.seeds:
+                for side in args.sides:
+                    label = args.label if side == "ours" and args.label else side
+                    path = result_path(results, algo, dataset, seed, label, args.epochs == 0)
+                    if path.exists():
+                        print(f"kept {path}")
+                        continue
+                    command = [sys.executable, peer.script, *peer.script_args, "--worker", side, "--algo", algo, "--dataset", dataset,
+                               "--seeds", str(seed), "--out", str(path), peer.option, args.checkout or "",
+                               *(["--label", label] if label != side else []),
+                               *(["--ours-dynamics", *args.ours_dynamics] if side == "ours" and args.ours_dynamics else []),
+                               *[f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
+                                 BUDGET]]
+                    jobs.append((path, command))
+
+    def run(job):
+        path, command = job
+        start = time.perf_counter()
+        # one thread each; a CPU comparison (the official RAVL modules pick a GPU by themselves where there is one)
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TQDM_DISABLE": "1",
+               "CUDA_VISIBLE_DEVICES": ""}
+        with open(path.with_suffix(".log"), "w") as log:
+            done = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+        status = "done" if done.returncode == 0 else f"FAILED ({done.returncode}; see {path.with_suffix('.log')})"
+        print(f"{status}: {path.name} in {time.perf_counter() - start:.0f} s", flush=True)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        list(pool.map(run, jobs))
+
+
+def load_results(results: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(results.glob("*.json"))]
+
+
+def _ms(values) -> str:
+    values = [v for v in values if v == v]
+    if not values:
+        return "-"
+    if len(values) == 1:
+        return f"{values[0]:.3g}"
+    return f"{np.mean(values):.3g} ± {np.std(values):.2g}"
+
+
+def report(args) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = load_results(Path(args.results))
+    groups: dict[tuple, dict[str, list]] = {}
+    for r in runs:
+        dynamics_only = r["budget"]["epochs"] == 0
+        groups.setdefault((r["algo"], r["dataset"], dynamics_only), {}).setdefault(r["side"], []).append(r)
+    lines = []
+    out = Path(args.report)
+    for (algo, dataset, dynamics_only), sides in sorted(groups.items()):
+        first = next(iter(sides.values()))[0]
+        b = first["budget"]
+        seeds = {NAMES.get(side, side): sorted(r["seed"] for r in rs) for side, rs in sides.items()}
+        head = f"Seeds {', '.join(f'{k}: {v}' for k, v in seeds.items())}; dynamics capped at {b['dynamics_max_epochs']} epochs"
+        machine = f"one CPU thread per run ({first['cpu']}). Mean ± std over seeds."
+        if dynamics_only:
+            lines += [f"### {algo.upper()}'s dynamics model on {dataset}", "", f"{head}; {machine}", ""]
+        else:
+            agent = (f"{first['settings']['num_critics']} critics, eta {first['settings']['eta']}" if algo == "ravl"
+                     else f"penalty coefficient {first['settings']['penalty_coef']}")
+            lines += [f"### {algo.upper()} on {dataset}", "",
+                      f"{head}, then {b['epochs']} epochs x {b['updates_per_epoch']} updates, {b['rollouts']} rollouts "
+                      f"of h = {first['settings']['horizon']} per epoch, {agent}, {b['eval_episodes']} evaluation "
+                      f"episodes; {machine}", ""]
+        rows = [("dynamics epochs trained", lambda r: r["model"]["epochs"]),
+                ("holdout MSE, elites (common split)", lambda r: r["model"]["holdout_mse_elites"]),
+                ("holdout MSE, all members (common split)", lambda r: r["model"]["holdout_mse_all"]),
+                ("holdout loss as the side logs it", lambda r: r["model"]["own_holdout_loss"]),
+                ("mean max log-variance bound", lambda r: r["model"]["logvar_bounds"]["max_mean"]),
+                ("MOPO u, dataset actions: mean", lambda r: r["model"]["data_actions"]["u_mean"]),
+                ("MOPO u, dataset actions: std", lambda r: r["model"]["data_actions"]["u_std"]),
+                ("penalised reward, dataset actions: mean", lambda r: r["model"]["data_actions"]["penalised_reward_mean"]),
+                ("penalised reward, dataset actions: std", lambda r: r["model"]["data_actions"]["penalised_reward_std"]),
+                ("MOPO u, random actions: mean", lambda r: r["model"]["random_actions"]["u_mean"]),
+                ("MOPO u, random actions: std", lambda r: r["model"]["random_actions"]["u_std"]),
+                ("penalised reward, random actions: mean", lambda r: r["model"]["random_actions"]["penalised_reward_mean"]),
+                ("rollout reward (penalised), epoch 1", lambda r: r["curve"][0]["rollout_reward_mean"]),
+                ("rollout reward (penalised), last epoch", lambda r: r["curve"][-1]["rollout_reward_mean"]),
+                ("mean min Q on 10k dataset rows, last epoch", lambda r: r["curve"][-1]["q_mean"]),
+                ("alpha, last epoch", lambda r: r["curve"][-1]["alpha"])]
+        if algo == "ravl":  # no reward penalty: the model's reward alone
+            rows = [(name.replace(" (penalised)", ""), get) for name, get in rows if "penalised reward" not in name]
+        if algo == "mobile":
+            rows += [("MOBILE penalty on holdout pairs, last epoch: mean", lambda r: r["curve"][-1]["penalty_mean"]),
+                     ("MOBILE penalty on holdout pairs, last epoch: std", lambda r: r["curve"][-1]["penalty_std"])]
+        epochs = max(len(r["curve"]) for rs in sides.values() for r in rs)
+        marks = sorted({e for e in (1, *range(5, epochs + 1, 5), epochs) if e <= epochs})
+        for e in marks:
+            rows.append((f"normalised score, epoch {e}", lambda r, e=e: r["curve"][e - 1]["normalized_score"]))
+        rows.append(("normalised score, mean of the last 5 epochs",
+                     lambda r: float(np.mean([c["normalized_score"] for c in r["curve"][-5:]])) if r["curve"] else r[""]))
+        if dynamics_only:
+            rows = [row for row in rows if not row[0].startswith(("rollout", "mean min Q", "alpha", "normalised", "MOBILE"))]
+        order = [s for s in NAMES if s in sides] + sorted(set(sides) - set(NAMES))
+        paired = len(order) >= 2 and order[0] != "ours" and order[1] == "ours"
+        lines += ["| measure | " + " | ".join(NAMES.get(s, s) for s in order)
+                  + (f" | ours / {NAMES[order[0]]} |" if paired else " |"),
+                  "|---|" + "---|" * (len(order) + paired)]
+        for name, get in rows:
+            cells = []
+            means = []
+            for s in order:
+                values = []
+                for r in sides[s]:
+                    try:
+                        values.append(float(get(r)))
+                    except (KeyError, IndexError):
+                        pass
+                cells.append(_ms(values))
+                means.append(np.mean(values) if values else float("nan"))
+            ratio = ((f" {means[1] / means[0]:.2f} |" if means[0] and not np.isnan(means[0] + means[1]) else " - |")
+                     if paired else "")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |" + ratio)
+        if dynamics_only:
+            lines.append("")
+            continue
+        png = out.with_name(f"parity-{algo}-{dataset}.png")
+        fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+        for s, colour in zip(order, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
+            for i, r in enumerate(sides.get(s, [])):
+                x = [c["epoch"] for c in r["curve"]]
+                label = NAMES.get(s, s) if i == 0 else None
+                for ax, key in zip(axes, ("normalized_score", "rollout_reward_mean", "q_mean")):
+                    ax.plot(x, [c[key] for c in r["curve"]], color=colour, alpha=0.8, label=label)
+        reward = "rollout reward" if algo == "ravl" else "penalised rollout reward"
+        for ax, title in zip(axes, ("normalised score", reward, "mean min Q, 10k dataset rows")):
+            ax.set_title(title)
+            ax.set_xlabel("epoch (1000 updates)")
+            ax.grid(alpha=0.3)
+        axes[0].legend()
+        fig.suptitle(f"{algo.upper()} on {dataset}: one line per seed")
+        fig.tight_layout()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(png, dpi=90)
+        plt.close(fig)
+        lines += ["", f"![{algo} on {dataset}]({png.name})", ""]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    header = args.header.read_text() if args.header else ""
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(header + text)
+    tmp.replace(out)
+    print(f"wrote {out}")
+
+
+def main(peer: Peer, description: str, argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(peer.option, dest="checkout", help=f"a checkout of {peer.repository}")
+    parser.add_argument("--algo", nargs="+", default=list(peer.algos), choices=peer.algos)
+    parser.add_argument("--dataset", nargs="+", default=["hopper-medium"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--dynamics-max-epochs", type=int, default=25)
+    parser.add_argument("--epochs", type=int, default=25, help="agent epochs (0: train and measure the dynamics only)")
+    parser.add_argument("--updates-per-epoch", type=int, default=1000)
+    parser.add_argument("--rollouts", type=int, default=50_000, help="rollouts started per epoch")
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--jobs", type=int, default=2, help="runs at once, one CPU thread each")
+    parser.add_argument("--results", default="runs/parity", help="folder of the per-run JSON files")
+    parser.add_argument("--report", help="write the comparison of everything in --results to this markdown file")
+    parser.add_argument("--header", type=Path, help="text put above the report's tables")
+    parser.add_argument("--sides", nargs="+", default=[peer.side, "ours"], choices=(peer.side, "ours"))
+    parser.add_argument("--ours-dynamics", nargs="+", metavar="KEY=VALUE",
+                        help="our dynamics settings changed from the algorithm's recipe (e.g. logvar_bounds=member)")
+    parser.add_argument("--label", help="our side's name in the results (with --ours-dynamics: e.g. ours-before)")
+    parser.add_argument("--worker", choices=(peer.side, "ours"), dest="side", help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.side:
+        args.algo, args.dataset, args.seed = args.algo[0], args.dataset[0], args.seeds[0]
+        worker(args, peer)
+        return
+    if args.report:
+        if not list(Path(args.results).glob("*.json")):
+            parser.exit(2, f"error: no results in {args.results}; run the comparison first, or pass its --results.\n")
+        report(args)
+        return
+    if peer.side in args.sides and (not args.checkout or not peer.is_checkout(Path(args.checkout))):
+        parser.exit(2, f"error: {peer.option} must name a checkout of {peer.repository}; clone it and pass its path.\n")
+    from mbrl_offline.data.sources import bundled_datasets
+    for dataset in args.dataset:
+        if dataset not in bundled_datasets():
+            parser.exit(2, f"error: {dataset} is not a bundled dataset; choose one of {', '.join(bundled_datasets())}.\n")
+    args.checkout = str(Path(args.checkout).resolve()) if args.checkout else ""
+    run_all(args, peer)

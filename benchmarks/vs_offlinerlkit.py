@@ -1,0 +1,231 @@
+"""Our MOPO and MOBILE against OfflineRL-Kit's own code, learning side by side on the same arrays.
+
+    git clone https://github.com/yihaosun1124/OfflineRL-Kit /path/to/OfflineRL-Kit
+    python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile \\
+        --dataset hopper-medium halfcheetah-medium --seeds 0 1 2 [--jobs 2] [--results runs/parity]
+    python benchmarks/vs_offlinerlkit.py --results runs/parity --report docs/parity.md
+
+`parity.py` (beside this file) holds what the harnesses share: the common data split, the
+measurements, our side, the processes and the report; its docstring says what is measured.
+
+OfflineRL-Kit's side builds the objects that ``run_mopo.py`` / ``run_mobile.py`` build
+(``EnsembleDynamicsModel``, ``EnsembleDynamics``, ``StandardScaler``, its termination function,
+``ActorProb``/``Critic``/``TanhDiagGaussian``, ``MOPOPolicy``/``MOBILEPolicy``, its ``ReplayBuffer``s,
+the cosine actor schedule), with the per-dataset values of our preset
+(``configs/preset/<algo>-<dataset>.yaml``, which holds OfflineRL-Kit's suggested values), seeded as
+those scripts seed, then runs ``EnsembleDynamics.train`` and ``MBPolicyTrainer.train`` themselves.
+The budget (``--dynamics-max-epochs``, ``--epochs``, ``--updates-per-epoch``, ``--rollouts``,
+``--eval-episodes``) is the same for both sides.
+
+Adapters that a CPU and the missing ``gym``/``d4rl`` force, none of which changes what is trained:
+``gym`` and the modules OfflineRL-Kit imports from it are gymnasium's; the dataset arrays are handed
+to ``ReplayBuffer.load_dataset`` directly (no ``qlearning_dataset``, which needs d4rl); the logger is
+a stub that keeps the numbers in memory instead of writing CSV and TensorBoard files;
+``MBPolicyTrainer._evaluate`` is replaced by the evaluation our trainer runs (gymnasium's v5 env,
+the same episode seeds), which also takes the measurements.
+"""
+from __future__ import annotations
+
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import parity
+from parity import common_data, eval_seed, model_measures, settings
+
+
+# ---------------------------------------------------------------------------------- OfflineRL-Kit
+def import_offlinerlkit(checkout: Path):
+    """OfflineRL-Kit's modules from a checkout, with gymnasium standing in for ``gym``."""
+    try:
+        import gym  # noqa: F401
+    except ImportError:
+        import gymnasium
+        import gymnasium.envs.mujoco.mujoco_env
+        sys.modules["gym"] = gymnasium
+        sys.modules["gym.envs"] = gymnasium.envs
+        sys.modules["gym.envs.mujoco"] = gymnasium.envs.mujoco
+        sys.modules["gym.envs.mujoco.mujoco_env"] = gymnasium.envs.mujoco.mujoco_env
+    sys.path.insert(0, str(checkout))
+    import offlinerlkit  # noqa: F401
+    return sys.modules["offlinerlkit"]
+
+
+class _Logger:
+    """OfflineRL-Kit's ``Logger`` interface, keeping the numbers in memory."""
+
+    def __init__(self, folder: str):
+        self.model_dir = self.checkpoint_dir = folder
+        self.current: dict[str, list] = {}
+        self.dumps: list[dict] = []
+        self.extra: dict = {}
+
+    def log(self, message: str) -> None:
+        pass
+
+    def logkv(self, key, value):
+        self.current[key] = [float(value)]
+
+    def logkv_mean(self, key, value):
+        self.current.setdefault(key, []).append(float(value))
+
+    def set_timestep(self, step):
+        self.current["timestep"] = [float(step)]
+
+    def dumpkvs(self, exclude=None):
+        self.dumps.append({**{k: float(np.mean(v)) for k, v in self.current.items()}, **self.extra})
+        self.current, self.extra = {}, {}
+
+    def close(self):
+        pass
+
+
+def run_offlinerlkit(args, checkout: Path) -> dict:
+    import random
+    kit = import_offlinerlkit(checkout)
+    from offlinerlkit.buffer import ReplayBuffer
+    from offlinerlkit.dynamics import EnsembleDynamics
+    from offlinerlkit.modules import ActorProb, Critic, EnsembleDynamicsModel, TanhDiagGaussian
+    from offlinerlkit.nets import MLP
+    from offlinerlkit.policy import MOBILEPolicy, MOPOPolicy
+    from offlinerlkit.policy_trainer import MBPolicyTrainer
+    from offlinerlkit.utils.scaler import StandardScaler
+    from offlinerlkit.utils.termination_fns import get_termination_fn
+
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.evaluation import evaluate_policy
+
+    data, train, holdout, q_rows = common_data(args.dataset)
+    env = get_env_info(data.env_name)
+    low, high = env.action_bounds()
+    s = settings(args.algo, args.dataset)
+    obs_dim, act_dim = data.obs_dim, data.act_dim
+    arrays = {k: getattr(train, k) for k in ("observations", "actions", "next_observations", "rewards", "terminals")}
+
+    # run_mopo.py / run_mobile.py, as far as training goes
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    hidden = [256, 256]
+    actor_backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
+    dist = TanhDiagGaussian(latent_dim=actor_backbone.output_dim, output_dim=act_dim, unbounded=True,
+                            conditioned_sigma=True, max_mu=float(high[0]))
+    actor = ActorProb(actor_backbone, dist, "cpu")
+    actor_optim = torch.optim.Adam(actor.parameters(), lr=1e-4)
+    if args.algo == "mopo":
+        critic1 = Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
+        critic2 = Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
+        critic1_optim = torch.optim.Adam(critic1.parameters(), lr=3e-4)
+        critic2_optim = torch.optim.Adam(critic2.parameters(), lr=3e-4)
+    else:
+        critics = torch.nn.ModuleList([Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
+                                       for _ in range(2)])
+        critics_optim = torch.optim.Adam(critics.parameters(), lr=3e-4)
+    lr_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(actor_optim, args.epochs)
+    if s["auto_alpha"]:
+        log_alpha = torch.zeros(1, requires_grad=True)
+        alpha = (-act_dim, log_alpha, torch.optim.Adam([log_alpha], lr=1e-4))
+    else:
+        alpha = s["init_alpha"]
+    dynamics_model = EnsembleDynamicsModel(obs_dim=obs_dim, action_dim=act_dim, hidden_dims=[200] * 4,
+                                           num_ensemble=7, num_elites=5,
+                                           weight_decays=[2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4], device="cpu")
+    dynamics_optim = torch.optim.Adam(dynamics_model.parameters(), lr=1e-3)
+    scaler = StandardScaler()
+    termination_fn = get_termination_fn(task=args.dataset)
+    if args.algo == "mopo":
+        dynamics = EnsembleDynamics(dynamics_model, dynamics_optim, scaler, termination_fn, penalty_coef=s["penalty_coef"])
+        policy = MOPOPolicy(dynamics, actor, critic1, critic2, actor_optim, critic1_optim, critic2_optim,
+                            tau=0.005, gamma=0.99, alpha=alpha)
+    else:
+        dynamics = EnsembleDynamics(dynamics_model, dynamics_optim, scaler, termination_fn)
+        policy = MOBILEPolicy(dynamics, actor, critics, actor_optim, critics_optim, tau=0.005, gamma=0.99,
+                              alpha=alpha, penalty_coef=s["penalty_coef"], num_samples=10,
+                              deterministic_backup=True, max_q_backup=False)
+    real_buffer = ReplayBuffer(buffer_size=len(train), obs_shape=(obs_dim,), obs_dtype=np.float32,
+                               action_dim=act_dim, action_dtype=np.float32, device="cpu")
+    real_buffer.load_dataset(arrays)
+    fake_buffer = ReplayBuffer(buffer_size=args.rollouts * s["horizon"] * 5, obs_shape=(obs_dim,),
+                               obs_dtype=np.float32, action_dim=act_dim, action_dtype=np.float32, device="cpu")
+
+    folder = tempfile.mkdtemp(prefix="offlinerlkit-")
+    logger = _Logger(folder)
+    start = time.perf_counter()
+    dynamics.train(real_buffer.sample_all(), logger, max_epochs=args.dynamics_max_epochs, max_epochs_since_update=5)
+    dynamics_seconds = time.perf_counter() - start
+    dynamics_log = [d["loss/dynamics_holdout_loss"] for d in logger.dumps]
+    logger.dumps = []
+
+    def predict(obs, act):
+        with torch.no_grad():
+            mean, logvar = dynamics_model(scaler.transform(np.concatenate([obs, act], axis=1)))
+        return mean.numpy(), logvar.numpy()
+
+    def step(obs, act):
+        return dynamics.step(obs, act)[3]["raw_reward"][:, 0]  # the sampled reward before any penalty
+
+    model = model_measures(predict, step, dynamics_model.elites.numpy(), holdout, s["mopo_lambda"], low, high)
+    model["own_holdout_loss"] = dynamics_log[-1]
+    model["epochs"] = len(dynamics_log)
+    model["seconds"] = dynamics_seconds
+    model["logvar_bounds"] = {"max_mean": dynamics_model.max_logvar.mean().item(),
+                              "min_mean": dynamics_model.min_logvar.mean().item()}
+
+    if args.epochs == 0:  # the dynamics model alone
+        return {"model": model, "curve": [], "dynamics_holdout_log": dynamics_log}
+    q_obs = torch.as_tensor(train.observations[q_rows])
+    q_act = torch.as_tensor(train.actions[q_rows])
+    h_obs, h_act = torch.as_tensor(holdout.observations), torch.as_tensor(holdout.actions)
+
+    class Trainer(MBPolicyTrainer):
+        epoch = 0
+
+        def _evaluate(self):
+            Trainer.epoch += 1
+            self.policy.eval()
+            result = evaluate_policy(lambda o: self.policy.select_action(o, deterministic=True), env,
+                                     args.eval_episodes, eval_seed(args.seed, Trainer.epoch))
+            with torch.no_grad():
+                if args.algo == "mopo":
+                    q = torch.min(policy.critic1(q_obs, q_act), policy.critic2(q_obs, q_act))
+                else:
+                    q = torch.stack([c(q_obs, q_act) for c in policy.critics]).min(0).values
+                extra = {"q_mean": q.mean().item()}
+                if args.algo == "mobile":
+                    penalty = policy.compute_lcb(h_obs, h_act)
+                    extra.update(penalty_mean=penalty.mean().item(), penalty_std=penalty.std().item())
+            logger.extra = {**extra, "normalized_score": result["normalized_score"], "return_mean": result["return_mean"]}
+            return {"eval/episode_reward": result["returns"], "eval/episode_length": [0] * len(result["returns"])}
+
+    class _EvalEnv:  # only get_normalized_score is used once _evaluate is replaced
+        def get_normalized_score(self, ret):
+            return (ret - env.ref_min_score) / (env.ref_max_score - env.ref_min_score)
+
+    trainer = Trainer(policy=policy, eval_env=_EvalEnv(), real_buffer=real_buffer, fake_buffer=fake_buffer,
+                      logger=logger, rollout_setting=(1000, args.rollouts, s["horizon"]), epoch=args.epochs,
+                      step_per_epoch=args.updates_per_epoch, batch_size=256, real_ratio=0.05,
+                      eval_episodes=args.eval_episodes, lr_scheduler=lr_scheduler)
+    start = time.perf_counter()
+    trainer.train()
+    curve = [{"epoch": i + 1, "normalized_score": d["normalized_score"], "return_mean": d["return_mean"],
+              "rollout_reward_mean": d.get("rollout_info/reward_mean", float("nan")), "q_mean": d["q_mean"],
+              "alpha": d.get("alpha", s["init_alpha"]),
+              **({"penalty_mean": d["penalty_mean"], "penalty_std": d["penalty_std"]} if args.algo == "mobile" else {})}
+             for i, d in enumerate(logger.dumps)]
+    return {"model": model, "curve": curve, "agent_seconds": time.perf_counter() - start,
+            "dynamics_holdout_log": dynamics_log, "code": str(checkout), "offlinerlkit_path": kit.__file__}
+
+
+def is_checkout(path: Path) -> bool:
+    return (path / "offlinerlkit" / "dynamics" / "ensemble_dynamics.py").is_file()
+
+
+PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
+                   algos=("mopo", "mobile"), is_checkout=is_checkout, run=run_offlinerlkit, script=__file__)
+
+if __name__ == "__main__":
+    parity.main(PEER, __doc__.split("\n")[0])

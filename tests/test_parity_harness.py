@@ -1,0 +1,78 @@
+"""The parity harnesses' own parts that run without a peer's checkout: the model measurements, the
+report (table, ratios, PNG) and the command-line refusals. The peers' code itself is run by
+``benchmarks/vs_offlinerlkit.py`` and ``vs_official.py --learn`` (docs/parity.md)."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import parity  # noqa: E402
+
+
+def test_model_measures_take_mopos_penalty_over_all_members_and_the_elites_error():
+    class Holdout:
+        observations = np.zeros((4, 2), np.float32)
+        actions = np.zeros((4, 1), np.float32)
+        next_observations = np.ones((4, 2), np.float32)  # change 1 in both dims
+        rewards = np.full(4, 2.0, np.float32)
+
+    # member 0 predicts the change and reward exactly, member 1 is off by 1 everywhere; member 1's
+    # std is 2 in all 3 outputs (norm 2 sqrt 3), member 0's 1 (norm sqrt 3)
+    mean = np.stack([np.tile([1.0, 1.0, 2.0], (4, 1)), np.tile([2.0, 2.0, 3.0], (4, 1))])
+    logvar = np.stack([np.zeros((4, 3)), np.full((4, 3), np.log(4.0))])
+    out = parity.model_measures(lambda o, a: (mean, logvar), lambda o, a: np.full(len(o), 2.0), np.array([0]),
+                                Holdout, 0.5, np.array([-1.0]), np.array([1.0]))
+    assert out["holdout_mse_elites"] == 0.0 and out["holdout_mse_all"] == 0.5
+    for probe in ("data_actions", "random_actions"):
+        assert out[probe]["u_mean"] == pytest.approx(2 * 3 ** 0.5)  # the max over all members, not the elites
+        assert out[probe]["penalised_reward_mean"] == pytest.approx(2.0 - 0.5 * 2 * 3 ** 0.5)
+
+
+def fake_run(side, seed, score, u):
+    curve = [{"epoch": e, "normalized_score": score + e, "return_mean": 0.0, "rollout_reward_mean": 1.0,
+              "q_mean": 10.0 * e, "alpha": 0.5} for e in range(1, 6)]
+    probe = {"u_mean": u, "u_std": 0.1, "reward_mean": 1.0, "penalised_reward_mean": 1.0 - u,
+             "penalised_reward_std": 0.2}
+    return {"side": side, "algo": "mopo", "dataset": "hopper-medium", "seed": seed, "cpu": "test CPU",
+            "budget": {"dynamics_max_epochs": 3, "epochs": 5, "updates_per_epoch": 10, "rollouts": 100,
+                       "eval_episodes": 2},
+            "settings": {"horizon": 5, "penalty_coef": 5.0},
+            "model": {"epochs": 3, "holdout_mse_elites": 0.02, "holdout_mse_all": 0.03, "own_holdout_loss": 0.025,
+                      "logvar_bounds": {"max_mean": -1.0}, "data_actions": probe, "random_actions": probe},
+            "curve": curve}
+
+
+def test_report_puts_the_sides_beside_each_other_with_their_ratio(tmp_path):
+    results = tmp_path / "results"
+    results.mkdir()
+    runs = [fake_run("offlinerlkit", 0, 10.0, 0.4), fake_run("offlinerlkit", 1, 12.0, 0.6),
+            fake_run("ours", 0, 11.0, 0.5)]
+    for i, run in enumerate(runs):
+        (results / f"{i}.json").write_text(json.dumps(run))
+    out = tmp_path / "docs" / "parity.md"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "vs_offlinerlkit.py"), "--results", str(results),
+                           "--report", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "### MOPO on hopper-medium" in text and "Seeds OfflineRL-Kit: [0, 1], ours: [0]" in text
+    assert "| MOPO u, dataset actions: mean | 0.5 ± 0.1 | 0.5 | 1.00 |" in text
+    assert "| normalised score, epoch 5 | 16 ± 1 | 16 | 1.00 |" in text
+    assert (out.parent / "parity-mopo-hopper-medium.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("script,args,message", [
+    ("vs_offlinerlkit.py", ["--offlinerlkit", "/nonexistent"], "--offlinerlkit must name a checkout of"),
+    ("vs_offlinerlkit.py", ["--results", "/nonexistent", "--report", "x.md"], "no results in /nonexistent"),
+    ("vs_official.py", ["--learn", "--edge-of-reach", "/nonexistent"], "--edge-of-reach must name a checkout of"),
+])
+def test_harnesses_refuse_bad_input_in_one_line(script, args, message, tmp_path):
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
+                          cwd=tmp_path)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.iterdir())  # nothing written
