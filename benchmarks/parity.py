@@ -300,9 +300,16 @@ def report(args) -> None:
 
     runs = load_results(Path(args.results))
     groups: dict[tuple, dict[str, list]] = {}
-    for r in runs:
-        dynamics_only = r["budget"]["epochs"] == 0
-        groups.setdefault((r["algo"], r["dataset"], dynamics_only), {}).setdefault(r["side"], []).append(r)
+    for r in runs:  # every run's model also counts among the models of its (algorithm, dataset)
+        if r["budget"]["epochs"] > 0:
+            groups.setdefault((r["algo"], r["dataset"], False), {}).setdefault(r["side"], []).append(r)
+        groups.setdefault((r["algo"], r["dataset"], True), {}).setdefault(r["side"], []).append(r)
+    for algo, dataset, models in list(groups):  # a models-only table where it adds runs to a learning table
+        if not models:
+            continue
+        learning = groups.get((algo, dataset, False), {})
+        if sum(map(len, learning.values())) == sum(map(len, groups[(algo, dataset, True)].values())):
+            del groups[(algo, dataset, True)]
     lines = []
     out = Path(args.report)
     for (algo, dataset, dynamics_only), sides in sorted(groups.items()):
@@ -312,7 +319,9 @@ def report(args) -> None:
         head = f"Seeds {', '.join(f'{k}: {v}' for k, v in seeds.items())}; dynamics capped at {b['dynamics_max_epochs']} epochs"
         machine = f"one CPU thread per run ({first['cpu']}). Mean ± std over seeds."
         if dynamics_only:
-            lines += [f"### {algo.upper()}'s dynamics model on {dataset}", "", f"{head}; {machine}", ""]
+            lines += [f"### {algo.upper()}'s dynamics model on {dataset}: every run", "",
+                      f"{head} (the models of the learning runs above and of runs that trained the model "
+                      f"only); {machine}", ""]
         else:
             agent = (f"{first['settings']['num_critics']} critics, eta {first['settings']['eta']}" if algo == "ravl"
                      else f"penalty coefficient {first['settings']['penalty_coef']}")
