@@ -345,7 +345,7 @@ def report(args) -> None:
                 ("rollout reward (penalised), last epoch", lambda r: r["curve"][-1]["rollout_reward_mean"]),
                 ("mean min Q on 10k dataset rows, last epoch", lambda r: r["curve"][-1]["q_mean"]),
                 ("alpha, last epoch", lambda r: r["curve"][-1]["alpha"])]
-        if algo == "ravl":  # no reward penalty: the model's reward alone
+        if algo != "mopo":  # no reward penalty: the model's reward alone
             rows = [(name.replace(" (penalised)", ""), get) for name, get in rows if "penalised reward" not in name]
         if algo == "mobile":
             rows += [("MOBILE penalty on holdout pairs, last epoch: mean", lambda r: r["curve"][-1]["penalty_mean"]),
@@ -389,7 +389,7 @@ def report(args) -> None:
                 label = NAMES.get(s, s) if i == 0 else None
                 for ax, key in zip(axes, ("normalized_score", "rollout_reward_mean", "q_mean")):
                     ax.plot(x, [c[key] for c in r["curve"]], color=colour, alpha=0.8, label=label)
-        reward = "rollout reward" if algo == "ravl" else "penalised rollout reward"
+        reward = "penalised rollout reward" if algo == "mopo" else "rollout reward"
         for ax, title in zip(axes, ("normalised score", reward, "mean min Q, 10k dataset rows")):
             ax.set_title(title)
             ax.set_xlabel("epoch (1000 updates)")
