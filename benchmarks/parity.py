@@ -47,6 +47,8 @@ import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 acts
 import numpy as np
 import torch
 
+import throughput
+
 ROOT = Path(__file__).resolve().parent.parent
 SPLIT_SEED = 20_240_520  # the common holdout and the probe rows, the same for every run
 HOLDOUT_ROWS, Q_ROWS = 1000, 10_000
@@ -227,21 +229,11 @@ def worker(args, peer: Peer) -> None:
     out = peer.run(args, Path(args.checkout)) if args.side == peer.side else run_ours(args)
     out.update(side=args.label or args.side, code_side=args.side, ours_dynamics=args.ours_dynamics, algo=args.algo,
                dataset=args.dataset, seed=args.seed, budget={k: getattr(args, k) for k in BUDGET},
-               settings=settings(args.algo, args.dataset), torch_threads=1, cpu=_cpu(), torch=torch.__version__)
+               settings=settings(args.algo, args.dataset), torch_threads=1, cpu=throughput.cpu_name(), torch=torch.__version__)
     path = Path(args.out)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(out, indent=1))
     tmp.replace(path)
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def run_all(args, peer: Peer) -> None:

@@ -101,13 +101,18 @@ class _DoneOnCPU:
         return self.done if device_index == -1 else self.done.to(device_index)
 
 
-def official_rates(checkout: Path, measure: str) -> list[float]:
+def import_official(checkout: Path) -> None:
+    """Make the official modules importable: the checkout on the path, gymnasium standing in for gym."""
     try:
         import gym  # noqa: F401
     except ImportError:
         import gymnasium
         sys.modules["gym"] = gymnasium
     sys.path.insert(0, str(checkout))
+
+
+def official_rates(checkout: Path, measure: str) -> list[float]:
+    import_official(checkout)
     from agent_training.agent import Actor, Agent, VectorizedCritic
     from shared.data_buffer import DataBuffer
 
@@ -239,12 +244,7 @@ def run_official_ravl(args, checkout: Path) -> dict:
     """The official RAVL code's dynamics and agent training loops on the CPU (module docstring)."""
     import random
 
-    try:
-        import gym  # noqa: F401
-    except ImportError:
-        import gymnasium
-        sys.modules["gym"] = gymnasium
-    sys.path.insert(0, str(checkout))
+    import_official(checkout)
     from torch.utils.data import DataLoader, SequentialSampler
 
     from agent_training.agent import Actor, Agent, VectorizedCritic
