@@ -439,5 +439,12 @@ def main(peer: Peer, description: str, argv: list[str] | None = None) -> None:
     for dataset in args.dataset:
         if dataset not in bundled_datasets():
             parser.exit(2, f"error: {dataset} is not a bundled dataset; choose one of {', '.join(bundled_datasets())}.\n")
+    from mbrl_offline.models.dynamics import DynamicsConfig
+    known = {f.name for f in dataclasses.fields(DynamicsConfig)}
+    for item in args.ours_dynamics or []:
+        key = item.partition("=")[0]
+        if "=" not in item or key not in known:
+            parser.exit(2, f"error: --ours-dynamics takes KEY=VALUE with KEY a DynamicsConfig setting "
+                           f"({', '.join(sorted(known))}); got '{item}'.\n")
     args.checkout = str(Path(args.checkout).resolve()) if args.checkout else ""
     run_all(args, peer)

@@ -70,6 +70,8 @@ def test_report_puts_the_sides_beside_each_other_with_their_ratio(tmp_path):
     ("vs_offlinerlkit.py", ["--offlinerlkit", "/nonexistent"], "--offlinerlkit must name a checkout of"),
     ("vs_offlinerlkit.py", ["--results", "/nonexistent", "--report", "x.md"], "no results in /nonexistent"),
     ("vs_official.py", ["--learn", "--edge-of-reach", "/nonexistent"], "--edge-of-reach must name a checkout of"),
+    ("vs_offlinerlkit.py", ["--sides", "ours", "--ours-dynamics", "logvar_bound=member"],
+     "--ours-dynamics takes KEY=VALUE with KEY a DynamicsConfig setting"),
 ])
 def test_harnesses_refuse_bad_input_in_one_line(script, args, message, tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
