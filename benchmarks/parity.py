@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 import throughput
+from mbrl_offline.utils import atomic_path
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLIT_SEED = 20_240_520  # the common holdout and the probe rows, the same for every run
@@ -180,12 +181,12 @@ def run_ours(args) -> dict:
         return model_.step(torch.as_tensor(obs), torch.as_tensor(act))["rewards"].numpy()
 
     model = model_measures(predict, step, model_.elites.numpy(), holdout, s["mopo_lambda"], low, high)
-    model["own_holdout_loss"] = float(np.mean(sorted(model_.train_log[-1]["holdout_mse"])[:config.dynamics.num_elites]))
+    dynamics_log = [float(np.mean(sorted(r["holdout_mse"])[:config.dynamics.num_elites])) for r in model_.train_log]
+    model["own_holdout_loss"] = dynamics_log[-1]  # the mean of the best 5 members, as OfflineRL-Kit logs it
     model["epochs"] = len(model_.train_log)
     model["seconds"] = dynamics_seconds
     model["logvar_bounds"] = {"max_mean": model_.max_logvar.mean().item(), "min_mean": model_.min_logvar.mean().item()}
 
-    dynamics_log = [float(np.mean(sorted(r["holdout_mse"])[:config.dynamics.num_elites])) for r in model_.train_log]
     if args.epochs == 0:  # the dynamics model alone
         return {"model": model, "curve": [], "dynamics_holdout_log": dynamics_log,
                 "dynamics_config": dataclasses.asdict(config.dynamics)}
@@ -230,10 +231,8 @@ def worker(args, peer: Peer) -> None:
     out.update(side=args.label or args.side, code_side=args.side, ours_dynamics=args.ours_dynamics, algo=args.algo,
                dataset=args.dataset, seed=args.seed, budget={k: getattr(args, k) for k in BUDGET},
                settings=settings(args.algo, args.dataset), torch_threads=1, cpu=throughput.cpu_name(), torch=torch.__version__)
-    path = Path(args.out)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(out, indent=1))
-    tmp.replace(path)
+    with atomic_path(args.out) as tmp:
+        tmp.write_text(json.dumps(out, indent=1))
 
 
 def run_all(args, peer: Peer) -> None:
@@ -396,9 +395,8 @@ def report(args) -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     header = args.header.read_text() if args.header else ""
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(header + text)
-    tmp.replace(out)
+    with atomic_path(out) as tmp:
+        tmp.write_text(header + text)
     print(f"wrote {out}")
 
 
