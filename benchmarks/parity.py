@@ -335,7 +335,7 @@ def report(args) -> None:
                 ("rollout reward (penalised), epoch 1", lambda r: r["curve"][0]["rollout_reward_mean"]),
                 ("rollout reward (penalised), last epoch", lambda r: r["curve"][-1]["rollout_reward_mean"]),
                 ("mean min Q on 10k dataset rows, last epoch", lambda r: r["curve"][-1]["q_mean"]),
-                ("alpha, last epoch", lambda r: r["curve"][-1]["alpha"])]
+                ("alpha, mean over the last epoch", lambda r: r["curve"][-1]["alpha"])]
         if algo != "mopo":  # no reward penalty: the model's reward alone
             rows = [(name.replace(" (penalised)", ""), get) for name, get in rows if "penalised reward" not in name]
         if algo == "mobile":

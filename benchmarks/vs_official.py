@@ -382,10 +382,12 @@ def run_official_ravl(args, checkout: Path) -> dict:
     curve, start = [], time.perf_counter()
     for epoch in range(args.epochs):
         rollout_info = generator.generate_rollouts(modelfree_buffer.sample(args.rollouts)[0])
+        alpha_sum = 0.0
         for _ in range(args.updates_per_epoch):
             n_d4rl = int(0.05 * 256)
             modelfree_batch, modelbased_batch = modelfree_buffer.sample(n_d4rl), modelbased_buffer.sample(256 - n_d4rl)
             agent.update([torch.cat([modelfree_batch[i], modelbased_batch[i]]) for i in range(len(modelfree_batch))])
+            alpha_sum += float(agent.alpha)  # the epoch's mean, as our trainer and OfflineRL-Kit's logger report it
         actor.eval()
         result = evaluate_policy(lambda o: actor.act(torch.as_tensor(o)).numpy(), env, args.eval_episodes,
                                  eval_seed(args.seed, epoch + 1))
@@ -399,7 +401,7 @@ def run_official_ravl(args, checkout: Path) -> dict:
         latest = torch.roll(stored, -modelbased_buffer._pointer, 0)[-added:] if added else stored[:0]
         curve.append({"epoch": epoch + 1, "normalized_score": result["normalized_score"],
                       "return_mean": result["return_mean"], "rollout_reward_mean": latest.mean().item(),
-                      "q_mean": q, "alpha": float(agent.alpha)})
+                      "q_mean": q, "alpha": alpha_sum / max(args.updates_per_epoch, 1)})
     return {"model": measures, "curve": curve, "agent_seconds": time.perf_counter() - start,
             "dynamics_holdout_log": dynamics_log, "code": str(checkout)}
 

@@ -32,6 +32,12 @@ the largest predicted std over the members, came out smaller than the one its la
 * the holdout: 20% (RAVL), min(20%, 1000 rows) (OfflineRL-Kit); ``min_epochs``: 350 (RAVL, with one
   learning-rate drop if patience runs out earlier), 0 (OfflineRL-Kit's plain early stopping).
 
+Measured side by side with both codes (docs/parity.md, ``benchmarks/vs_offlinerlkit.py`` and
+``benchmarks/vs_official.py --learn``, hopper-medium, 25 epochs at most): the holdout error, MOPO's u,
+the rollout rewards and the agents' Q agree within 3-4%, but the shared upper log-variance bound ends
+lower here (about -3.5 against -2.5 for RAVL's recipe, -2.6 against -1.9 for OfflineRL-Kit's; equal
+on halfcheetah-medium), for a reason not found yet.
+
 Deliberate differences from both codes:
 
 * Inputs are standardised with the mean and (unbiased) std of the training inputs (the official RAVL
