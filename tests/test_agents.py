@@ -8,7 +8,7 @@ from mbrl_offline import load_dataset
 from mbrl_offline.algorithms import ALGORITHMS, MOBILE, MOBILEConfig, MOPO, COPlanner, COPlannerConfig, MOPOConfig, RAVL
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import RolloutConfig
-from mbrl_offline.models.termination import never
+from mbrl_offline.data.termination import never
 from mbrl_offline.models.true_dynamics import TrueDynamics
 from tests.test_rollouts import constant_model
 
