@@ -14,7 +14,7 @@ from tests.test_rollouts import constant_model
 
 
 def test_every_agent_is_registered_under_its_config_name():
-    assert set(ALGORITHMS) == {"ravl", "mopo", "mobile", "coplanner"}
+    assert set(ALGORITHMS) == {"ravl", "mopo", "mobile", "coplanner", "td3bc", "iql"}
     assert MOPOConfig().rollout.penalty == "aleatoric" and MOPOConfig().num_critics == 2
     assert COPlannerConfig().rollout.planner == "upmpc" and COPlannerConfig().rollout.upmpc.candidates == 5
     assert MOBILEConfig().deterministic_backup and MOBILEConfig().rollout.penalty == "none"
