@@ -145,7 +145,7 @@ def yaml_value(text: str):
 # ------------------------------------------------------------------------------------------- ours
 def run_ours(args) -> dict:
     from mbrl_offline.algorithms import get_algorithm
-    from mbrl_offline.cli import config_to_dataclass
+    from mbrl_offline.config import config_to_dataclass
     from mbrl_offline.data.envs import get_env_info
     from mbrl_offline.logging import read_metrics
     from mbrl_offline.trainer import Trainer, TrainerConfig

@@ -47,7 +47,7 @@ from mbrl_offline.buffer import TransitionBuffer, sample_mixed
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
-from mbrl_offline.models.termination import never
+from mbrl_offline.data.termination import never
 from mbrl_offline.utils import keep_freed_memory
 
 OBS, ACT = 11, 3

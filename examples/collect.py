@@ -7,8 +7,9 @@ at any time; the same command resumes. Settings: configs/collect.yaml.
 import hydra
 from omegaconf import DictConfig
 
-from mbrl_offline.cli import cli_main, config_to_dataclass
-from mbrl_offline.data.collect import CollectConfig, collect
+from mbrl_offline.cli import cli_main
+from mbrl_offline.config import config_to_dataclass
+from mbrl_offline.collect import CollectConfig, collect
 
 
 @hydra.main(config_path="../configs", config_name="collect", version_base="1.3")

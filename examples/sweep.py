@@ -9,7 +9,8 @@ best parameters; ``python examples/report.py <sweep.dir>`` writes the sweep's re
 import sys
 from pathlib import Path
 
-from mbrl_offline.cli import build_trainer, cli_main, compose, config_to_dataclass, resolve_train_config
+from mbrl_offline.cli import build_trainer, cli_main, compose, resolve_train_config
+from mbrl_offline.config import config_to_dataclass
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.tune import SweepConfig, extreme_values, override, run_sweep, summarize_study
 

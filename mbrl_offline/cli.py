@@ -1,90 +1,19 @@
 """Helpers for the command-line entry points in ``examples/`` (Hydra stays at that edge).
 
-`config_to_dataclass` turns a Hydra/OmegaConf node into the library's dataclass configs, rejecting
-unknown keys and values of the wrong type with one clear message; `cli_main` makes every library
-error a single ``error: ...`` line on stderr and exit status 2.
+`compose` builds a run's config from Hydra's groups and the overrides; `cli_main` makes every library
+error a single ``error: ...`` line on stderr and exit status 2. The conversion of configs to and from
+dicts is the library's (`mbrl_offline.config`; the library never imports this module).
 """
 from __future__ import annotations
 
-import dataclasses
-import difflib
 import functools
 import sys
-import typing
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from mbrl_offline import mkl_avx512
+from mbrl_offline.config import config_to_dataclass, config_to_dict, did_you_mean
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
-
-T = TypeVar("T")
-
-
-def config_to_dataclass(cls: type[T], values: Any, prefix: str) -> T:
-    """Build dataclass ``cls`` from a mapping; nested dataclass fields take nested mappings."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(values, (dict, DictConfig)):  # also converts OmegaConf nodes nested in a plain dict
-        values = OmegaConf.to_container(OmegaConf.create(values), resolve=True)
-    if not isinstance(values, dict):
-        raise ConfigError(f"{prefix} must be a mapping of settings, got {values!r}.")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for key, value in values.items():
-        if key not in fields:
-            close = difflib.get_close_matches(key, list(fields), n=1)
-            hint = f" Did you mean '{prefix}.{close[0]}'?" if close else ""
-            raise ConfigError(f"unknown setting '{prefix}.{key}'.{hint} Valid: {', '.join(fields)}.")
-        kwargs[key] = _coerce(hints[key], value, f"{prefix}.{key}")
-    return cls(**kwargs)
-
-
-def _coerce(hint, value, name: str):
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if dataclasses.is_dataclass(hint):
-        return config_to_dataclass(hint, value, name)
-    if origin is typing.Union:  # Optional[X] and X | None
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _coerce(arg, value, name)
-            except ConfigError:
-                pass
-        raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
-    if hint is typing.Any:
-        return value
-    if hint is tuple or origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name} = {value!r} must be a list, e.g. {name}=[a,b].")
-        return tuple(value)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-    elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
-    elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif hint is str:
-        if isinstance(value, str):
-            return value
-    else:
-        return value
-    raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
-
-
-def _type_name(hint) -> str:
-    if typing.get_origin(hint) is typing.Union:
-        return " or ".join("null" if arg is type(None) else _type_name(arg) for arg in typing.get_args(hint))
-    return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
-
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -104,15 +33,6 @@ def cli_main(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def _plain(value):
-    """Dataclass defaults as OmegaConf-friendly values (tuples become lists)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
 def register_config_defaults() -> None:
     """Put every config dataclass's defaults in Hydra's config store, so the YAML files extend them
     (``trainer: defaults``, ``algo/ravl.yaml`` -> ``ravl_defaults``, ``sweep/*.yaml`` -> ``sweep_defaults``) instead of repeating them."""
@@ -123,10 +43,10 @@ def register_config_defaults() -> None:
     from mbrl_offline.tune import SweepConfig
 
     store = ConfigStore.instance()
-    store.store(group="trainer", name="defaults", node=_plain(dataclasses.asdict(TrainerConfig())))
-    store.store(group="sweep", name="sweep_defaults", node=_plain(dataclasses.asdict(SweepConfig())))
+    store.store(group="trainer", name="defaults", node=config_to_dict(TrainerConfig()))
+    store.store(group="sweep", name="sweep_defaults", node=config_to_dict(SweepConfig()))
     for name, (_, config_cls) in ALGORITHMS.items():
-        store.store(group="algo", name=f"{name}_defaults", node=_plain(dataclasses.asdict(config_cls())))
+        store.store(group="algo", name=f"{name}_defaults", node=config_to_dict(config_cls()))
 
 
 def compose(config_dir: str, config_name: str, overrides: list[str]):
@@ -147,8 +67,7 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
         except MissingConfigException as exc:
             group, _, option = (exc.missing_cfg_file or "").rpartition("/")
             options = [o for o in (exc.options or []) if not o.endswith("_defaults")]
-            close = difflib.get_close_matches(option, options, n=1)
-            hint = f" Did you mean '{close[0]}'?" if close else ""
+            hint = did_you_mean(option, options)
             raise ConfigError(f"unknown {group or 'config'} '{option}'.{hint} Known: {', '.join(options)}.") from None
         except OverrideParseException as exc:
             raise ConfigError(f"cannot parse the override: {str(exc).splitlines()[0]} "
@@ -161,8 +80,7 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
                 parent, _, leaf = key.rpartition(".")
                 node = OmegaConf.select(base, parent) if parent else base
                 valid = list(node.keys()) if OmegaConf.is_dict(node) else []
-                close = difflib.get_close_matches(leaf, valid, n=1)
-                hint = f" Did you mean '{parent + '.' if parent else ''}{close[0]}'?" if close else ""
+                hint = did_you_mean(leaf, valid, prefix=f"{parent}." if parent else "")
                 raise ConfigError(f"unknown setting '{key}'.{hint}"
                                   + (f" Valid: {', '.join(valid)}." if valid else "")) from None
             raise ConfigError(message) from None

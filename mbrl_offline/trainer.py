@@ -32,13 +32,12 @@ import torch
 
 from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import TransitionBuffer, sample_mixed
+from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError, TrainingDiverged
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
 from mbrl_offline.utils import atomic_path, atomic_torch_save, progress_bar
-
-CHECKPOINT_FORMAT = 1
 
 
 @dataclass
@@ -225,17 +224,3 @@ class Trainer:
             torch.cuda.set_rng_state_all(rng["cuda"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
-
-
-def read_checkpoint(path: str | Path) -> dict:
-    """A checkpoint written by `Trainer`, with a clear error if it is missing or unreadable."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}; pass the checkpoint.pt of a run folder.")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch raises several types for truncated or foreign files
-        raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}: {exc}).") from None
-    if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT:
-        raise CheckpointError(f"{path} is not a mbrl_offline training checkpoint.")
-    return state

@@ -8,13 +8,13 @@ from mbrl_offline import load_dataset
 from mbrl_offline.algorithms import ALGORITHMS, MOBILE, MOBILEConfig, MOPO, COPlanner, COPlannerConfig, MOPOConfig, RAVL
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import RolloutConfig
-from mbrl_offline.models.termination import never
+from mbrl_offline.data.termination import never
 from mbrl_offline.models.true_dynamics import TrueDynamics
 from tests.test_rollouts import constant_model
 
 
 def test_every_agent_is_registered_under_its_config_name():
-    assert set(ALGORITHMS) == {"ravl", "mopo", "mobile", "coplanner"}
+    assert set(ALGORITHMS) == {"ravl", "mopo", "mobile", "coplanner", "td3bc", "iql"}
     assert MOPOConfig().rollout.penalty == "aleatoric" and MOPOConfig().num_critics == 2
     assert COPlannerConfig().rollout.planner == "upmpc" and COPlannerConfig().rollout.upmpc.candidates == 5
     assert MOBILEConfig().deterministic_backup and MOBILEConfig().rollout.penalty == "none"

@@ -5,7 +5,7 @@ import pytest
 
 from mbrl_offline import ConfigError, load_dataset
 from mbrl_offline.algorithms.sac import SAC
-from mbrl_offline.data.collect import CollectConfig, collect
+from mbrl_offline.collect import CollectConfig, collect
 
 from conftest import assert_same_transitions
 
@@ -69,7 +69,7 @@ def test_interrupted_collection_resumes_to_the_same_datasets(tmp_path, minari_ro
 
 
 def test_a_lucky_short_evaluation_does_not_choose_the_medium_policy(tmp_path, minari_root, monkeypatch):
-    from mbrl_offline.data import collect as collect_module
+    from mbrl_offline import collect as collect_module
 
     evaluate = collect_module._Collector._evaluate
 

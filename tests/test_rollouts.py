@@ -4,7 +4,7 @@ import torch
 from mbrl_offline.buffer import TransitionBuffer, sample_mixed
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
-from mbrl_offline.models.termination import hopper, never
+from mbrl_offline.data.termination import hopper, never
 
 
 def constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2)):

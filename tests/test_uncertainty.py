@@ -6,7 +6,7 @@ import torch
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig, UPMPCConfig, upmpc_actions
-from mbrl_offline.models.termination import never
+from mbrl_offline.data.termination import never
 from mbrl_offline.models.true_dynamics import TrueDynamics
 from mbrl_offline.models.uncertainty import (bellman_target_spread, max_aleatoric_std, mean_disagreement,
                                              sample_members, sampled_disagreement)

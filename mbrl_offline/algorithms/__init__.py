@@ -2,37 +2,36 @@
 (``algo=ravl``) to (agent class, config class)."""
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 
 import torch
 
 from mbrl_offline.algorithms.coplanner import COPlanner, COPlannerConfig
+from mbrl_offline.algorithms.iql import IQL, IQLConfig
 from mbrl_offline.algorithms.mobile import MOBILE, MOBILEConfig
 from mbrl_offline.algorithms.model_based import ModelBasedConfig, ModelBasedSAC
 from mbrl_offline.algorithms.mopo import MOPO, MOPOConfig
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.algorithms.sac import SAC, SACConfig
+from mbrl_offline.algorithms.td3bc import TD3BC, TD3BCConfig
+from mbrl_offline.checkpoint import read_checkpoint
+from mbrl_offline.config import config_to_dataclass, did_you_mean
+from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 
-ALGORITHMS = {agent.name: (agent, agent.config_class) for agent in (RAVL, MOPO, MOBILE, COPlanner)}
+ALGORITHMS = {agent.name: (agent, agent.config_class) for agent in (RAVL, MOPO, MOBILE, COPlanner, TD3BC, IQL)}
 
 
 def get_algorithm(name: str):
     """``(agent class, config class)`` for an algorithm name."""
     if name not in ALGORITHMS:
-        close = difflib.get_close_matches(name, list(ALGORITHMS), n=1)
-        hint = f" Did you mean '{close[0]}'?" if close else ""
+        hint = did_you_mean(name, ALGORITHMS)
         raise ConfigError(f"unknown algo '{name}'.{hint} Known algos: {', '.join(ALGORITHMS)}.")
     return ALGORITHMS[name]
 
 
 def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
     """The agent saved in a training checkpoint, without its generator: ready for ``act``."""
-    from mbrl_offline.cli import config_to_dataclass
-    from mbrl_offline.data.envs import get_env_info
-    from mbrl_offline.trainer import read_checkpoint
-
     state = read_checkpoint(checkpoint)
     agent_cls, config_cls = get_algorithm(state["algorithm"])
     env = get_env_info(state["env"])
@@ -43,6 +42,6 @@ def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
     return agent, state
 
 
-__all__ = ["ALGORITHMS", "COPlanner", "COPlannerConfig", "MOBILE", "MOBILEConfig", "MOPO", "MOPOConfig",
-           "ModelBasedConfig", "ModelBasedSAC", "RAVL", "RAVLConfig", "SAC", "SACConfig", "get_algorithm",
+__all__ = ["ALGORITHMS", "COPlanner", "COPlannerConfig", "IQL", "IQLConfig", "MOBILE", "MOBILEConfig", "MOPO", "MOPOConfig",
+           "ModelBasedConfig", "ModelBasedSAC", "RAVL", "RAVLConfig", "SAC", "SACConfig", "TD3BC", "TD3BCConfig", "get_algorithm",
            "load_policy"]

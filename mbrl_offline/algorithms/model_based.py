@@ -21,7 +21,7 @@ from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.rollouts import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import (DynamicsConfig, GaussianEnsembleDynamics, dynamics_recipe,
                                           load_or_fit_dynamics)
-from mbrl_offline.models.termination import TerminationFn
+from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.models.true_dynamics import TrueDynamics
 
 

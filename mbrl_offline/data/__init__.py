@@ -1,4 +1,5 @@
-"""Datasets: sources, the env registry, collection and export."""
+"""Datasets: sources, the env registry (with termination functions) and export. Collecting new datasets
+with a trained SAC is `mbrl_offline.collect`, a layer above the agents."""
 from mbrl_offline.data.d4rl_hdf5 import read_d4rl_hdf5, write_d4rl_hdf5
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.data.envs import ENVS, EnvInfo, get_env_info

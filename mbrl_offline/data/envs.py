@@ -9,13 +9,13 @@ here) and the maximum is the best return the task allows (InvertedPendulum) or t
 """
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
 import numpy as np
 
+from mbrl_offline.config import did_you_mean
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.models.termination import TERMINATION_FUNCTIONS, TerminationFn
+from mbrl_offline.data.termination import TERMINATION_FUNCTIONS, TerminationFn
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,5 @@ def get_env_info(name: str) -> EnvInfo:
     for info in ENVS.values():
         if info.gym_id == name:
             return info
-    close = difflib.get_close_matches(name, list(ENVS), n=1)
-    hint = f" Did you mean '{close[0]}'?" if close else ""
+    hint = did_you_mean(name, ENVS)
     raise ConfigError(f"unknown env '{name}'.{hint} Known envs: {', '.join(ENVS)}.")

@@ -73,7 +73,7 @@ def write_minari(dataset: OfflineDataset, dataset_id: str, root: Optional[str | 
             dataset_id, buffers, env=dataset.env_id, eval_env=dataset.env_id, observation_space=observation_space,
             action_space=action_space, ref_min_score=dataset.ref_min_score,
             ref_max_score=dataset.ref_max_score, algorithm_name=algorithm_name, author="mbrl_offline",
-            author_email="mbrl_offline@users.noreply.invalid", code_permalink="mbrl_offline/data/collect.py",
+            author_email="mbrl_offline@users.noreply.invalid", code_permalink="mbrl_offline/collect.py",
             description=description, data_format=data_format)
         created.storage.update_metadata({PROVENANCE_KEY: json.dumps(dataset.metadata, sort_keys=True)})
         if target.exists():

@@ -28,7 +28,7 @@ import torch
 
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
-from mbrl_offline.models.termination import TerminationFn
+from mbrl_offline.data.termination import TerminationFn
 
 Policy = Callable[[torch.Tensor], torch.Tensor]
 PENALTIES = ("none", "aleatoric", "disagreement", "epistemic")

@@ -1,0 +1,275 @@
+"""IQL: implicit Q-learning (Kostrikov, Nair & Levine, ICLR 2022), as in CORL's
+``algorithms/offline/iql.py``, the reference both diffusion papers report with.
+
+IQL never queries the critics at actions outside the data. Per update, with states normalised by the
+dataset's mean and std (+ 1e-3), in CORL's order:
+
+1. value:   u = min_j Qbar_j(s, a) - V(s),   L(V) = mean |tau_e - 1(u < 0)| u^2   (expectile tau_e);
+2. critics: y = r + gamma (1 - terminal) V(s')  (V before step 1's update),
+            L(Q) = mean_j mean (Q_j(s, a) - y)^2, then Polyak averaging of the target critics;
+3. actor:   advantage-weighted regression with the advantage u of step 1:
+            L(pi) = mean min(exp(beta u), 100) * (-log pi(a|s))        (Gaussian actor), or
+            L(pi) = mean min(exp(beta u), 100) * |pi(s) - a|^2         (deterministic actor),
+            the actor's learning rate cosine-annealed to 0 over the run.
+
+Defaults are CORL's for every locomotion dataset except three (presets ``configs/preset/iql-*.yaml``:
+hopper-medium and hopper-medium-replay take a deterministic actor, reward normalisation and
+tau = 0.001; hopper-medium-expert beta 6 and tau_e 0.5): tau_e 0.7, beta 3.0, gamma 0.99, tau 5e-3,
+Adam at 3e-4 for V, critics and actor, batch 256, networks of 2 x 256 ReLU; the Gaussian actor has a
+tanh on its mean and a state-independent log-std (a parameter, initially 0, clamped to [-20, 2]),
+and acts with its mean. Reward normalisation scales rewards by 1000 / (max - min episode return of the
+dataset). The paper's schedule is 1M updates.
+
+Written with autograd, top to bottom: the reference style for new agents. Differences from CORL, none
+of which changes the losses:
+
+* the two critics are one `CriticEnsemble` of 2 members (one batched matmul per layer, initialised as
+  CORL's ``nn.Linear`` stacks);
+* the actor's learning rate follows the cosine once per epoch (torch's ``CosineAnnealingLR`` with
+  ``T_max`` = the run's epochs, as the SAC agents here), where CORL steps it every update with
+  ``T_max`` = the run's updates: with 1000 updates per epoch the rate lags CORL's by at most 1/1000
+  of the schedule;
+* the agent keeps the dataset's state statistics and reward scale (`IQL.for_dataset`, saved in its
+  state) and applies them inside ``act`` and ``update``, where CORL wraps the env and rewrites the
+  dataset, so data from any generator and the raw env work unchanged;
+* the policy lives in the action space scaled to [-1, 1] (dataset actions are mapped there, actions
+  mapped back to [low, high]). For the symmetric unit bounds of every MuJoCo task this is CORL's
+  policy exactly; CORL's own code mixes the two scales when max_action is not 1.
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+from torch import nn
+
+from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.errors import ConfigError
+from mbrl_offline.models.networks import CriticEnsemble, mlp
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL's clamp of the actor's log-std
+
+
+@dataclass
+class IQLConfig:
+    # The value's expectile tau_e (0.5: the mean, larger: towards the max over the data's actions).
+    expectile: float = 0.7
+    # The actor's inverse temperature beta on the advantage, and the clip of exp(beta * advantage).
+    beta: float = 3.0
+    exp_adv_max: float = 100.0
+    # A deterministic actor (regresses onto the weighted actions) instead of CORL's Gaussian one.
+    deterministic_actor: bool = False
+    actor_lr: float = 3e-4  # Adam; cosine-annealed to 0 over the run's epochs
+    critic_lr: float = 3e-4  # Adam, constant (the twin Q-functions)
+    value_lr: float = 3e-4  # Adam, constant (V)
+    gamma: float = 0.99  # discount
+    tau: float = 5e-3  # Polyak rate of the target critics
+    hidden_size: int = 256  # width of every network's hidden layers
+    hidden_layers: int = 2
+    batch_size: int = 256  # transitions per update
+    # Rewards times 1000 / (max - min episode return of the dataset) (CORL: per dataset, off by default).
+    normalize_reward: bool = False
+    # States are normalised with the dataset's mean and std + state_std_eps (CORL: on, 1e-3).
+    normalize_states: bool = True
+    state_std_eps: float = 1e-3
+
+    def __post_init__(self):
+        if not 0.0 < self.expectile < 1.0:
+            raise ConfigError(f"algo.expectile = {self.expectile} must lie strictly between 0 and 1 (CORL: 0.7).")
+        if self.beta < 0 or self.exp_adv_max <= 0:
+            raise ConfigError(f"IQL needs beta >= 0 and exp_adv_max > 0, got {self.beta} and {self.exp_adv_max}.")
+
+
+def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
+    """``mean |tau - 1(diff < 0)| diff^2``: the asymmetric squared loss whose minimiser over a constant
+    is the tau-expectile of ``diff``'s distribution."""
+    weight = torch.where(diff < 0, 1.0 - expectile, expectile)
+    return (weight * diff ** 2).mean()
+
+
+class IQL:
+    """An IQL agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
+
+    Model-free: no generator, every batch is real data. Build it with `IQL.for_dataset`, which takes
+    the state normalisation and the reward scale from the dataset."""
+
+    name = "iql"
+    config_class = IQLConfig
+    generator = None  # synthetic-experience producer used by the trainer (None: real data only)
+    real_ratio = 1.0  # fraction of real transitions per batch
+
+    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
+                 config: IQLConfig = IQLConfig(), device: str | torch.device = "cpu"):
+        self.config, self.device = config, torch.device(device)
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        low = torch.as_tensor(np.asarray(action_low, dtype=np.float32), device=self.device)
+        high = torch.as_tensor(np.asarray(action_high, dtype=np.float32), device=self.device)
+        self.action_centre, self.action_scale = (high + low) / 2, (high - low) / 2
+        # identity until for_dataset (or a loaded state) sets the dataset's statistics
+        self.obs_mean = torch.zeros(obs_dim, device=self.device)
+        self.obs_std = torch.ones(obs_dim, device=self.device)
+        self.reward_scale = 1.0
+
+        h, layers = config.hidden_size, config.hidden_layers
+        self.critic = CriticEnsemble(obs_dim, act_dim, 2, h, layers, init="torch").to(self.device)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.value = mlp(obs_dim, 1, h, layers).to(self.device)
+        self.actor = mlp(obs_dim, act_dim, h, layers).to(self.device)  # tanh(actor(s)): the mean
+        self.log_std = nn.Parameter(torch.zeros(act_dim, device=self.device))
+        actor_params = list(self.actor.parameters()) + ([] if config.deterministic_actor else [self.log_std])
+        self.actor_optim = torch.optim.Adam(actor_params, lr=config.actor_lr)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
+        self.value_optim = torch.optim.Adam(self.value.parameters(), lr=config.value_lr)
+
+    @classmethod
+    def for_dataset(cls, dataset, config: Optional[IQLConfig] = None, device: str | torch.device = "cpu",
+                    dynamics_path=None, cache_dir=None, progress: bool = True) -> "IQL":
+        """The agent for ``dataset``'s env, with the dataset's state statistics and reward scale."""
+        if dynamics_path is not None:
+            raise ConfigError(f"{cls.name} learns from the data alone and uses no dynamics model; "
+                              f"leave dynamics_path unset.")
+        config = config if config is not None else cls.config_class()
+        env = get_env_info(dataset.env_name)
+        low, high = env.action_bounds()
+        agent = cls(env.obs_dim, env.act_dim, low, high, config, device)
+        mean = dataset.observations.mean(0) if config.normalize_states else np.zeros(env.obs_dim)
+        std = dataset.observations.std(0) + config.state_std_eps if config.normalize_states else np.ones(env.obs_dim)
+        scale = 1.0
+        if config.normalize_reward:
+            returns = dataset.episode_returns()
+            spread = float(returns.max() - returns.min()) if len(returns) else 0.0
+            if not spread > 0:
+                raise ConfigError("algo.normalize_reward needs episodes with different returns in the dataset; "
+                                  "set algo.normalize_reward=false.")
+            scale = 1000.0 / spread
+        agent.set_normalisation(mean, std, scale)
+        return agent
+
+    def set_normalisation(self, mean, std, reward_scale: float = 1.0) -> None:
+        mean = torch.as_tensor(np.asarray(mean, dtype=np.float32), device=self.device)
+        std = torch.as_tensor(np.asarray(std, dtype=np.float32), device=self.device)
+        if mean.shape != (self.obs_dim,) or std.shape != (self.obs_dim,) or not bool((std > 0).all()):
+            raise ConfigError(f"state normalisation needs a mean and a positive std of shape ({self.obs_dim},).")
+        if not (math.isfinite(reward_scale) and reward_scale > 0):
+            raise ConfigError(f"the reward scale must be positive and finite, got {reward_scale}.")
+        self.obs_mean, self.obs_std, self.reward_scale = mean, std, float(reward_scale)
+
+    def normalise(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self.obs_mean) / self.obs_std
+
+    def mean_action(self, normalised_obs: torch.Tensor) -> torch.Tensor:
+        """The policy's mean (the deterministic actor's output) in [-1, 1]."""
+        return torch.tanh(self.actor(normalised_obs))
+
+    def to_env_units(self, action: torch.Tensor) -> torch.Tensor:
+        return self.action_centre + self.action_scale * action.clamp(-1.0, 1.0)
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy: the
+        policy's mean, or with ``deterministic=False`` a sample from the Gaussian actor."""
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        return self.rollout_policy(obs_t, deterministic).cpu().numpy()
+
+    @torch.no_grad()
+    def rollout_policy(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+        """Actions for generators: sampled from the Gaussian actor (the mean for a deterministic one)."""
+        mean = self.mean_action(self.normalise(obs))
+        if deterministic or self.config.deterministic_actor:
+            return self.to_env_units(mean)
+        std = self.log_std.detach().clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
+        return self.to_env_units(mean + std * torch.randn_like(mean))
+
+    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """log pi(a|s) of env-unit ``actions`` under the Gaussian actor ``(B,)``, differentiable in
+        ``actions`` and in the actor's parameters (states are normalised here)."""
+        mean = self.mean_action(self.normalise(obs))
+        scaled = (actions - self.action_centre) / self.action_scale
+        dist = torch.distributions.Normal(mean, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
+        return dist.log_prob(scaled).sum(-1)
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One step on each of V, the critics and the actor, in CORL's order; returns detached scalar
+        tensors."""
+        cfg = self.config
+        obs, next_obs = self.normalise(batch["observations"]), self.normalise(batch["next_observations"])
+        actions, rewards = batch["actions"], batch["rewards"] * self.reward_scale
+
+        with torch.no_grad():
+            target_q = self.target_critic(obs, actions).min(dim=0).values
+            next_v = self.value(next_obs).squeeze(-1)
+
+        # 1. value: expectile regression of V(s) onto min_j Qbar_j(s, a)
+        advantage = target_q - self.value(obs).squeeze(-1)
+        value_loss = expectile_loss(advantage, cfg.expectile)
+        self.value_optim.zero_grad(set_to_none=True)
+        value_loss.backward()
+        self.value_optim.step()
+        advantage = advantage.detach()
+
+        # 2. critics: one-step targets through V(s')
+        target = rewards + cfg.gamma * (1.0 - batch["terminals"].float()) * next_v
+        q = self.critic(obs, actions)  # (2, B)
+        critic_loss = ((q - target) ** 2).mean()  # CORL: sum of the two MSEs / 2
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+        with torch.no_grad():
+            torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), cfg.tau)
+
+        # 3. actor: advantage-weighted regression
+        weight = torch.exp(cfg.beta * advantage).clamp(max=cfg.exp_adv_max)
+        if cfg.deterministic_actor:
+            scaled = (actions - self.action_centre) / self.action_scale
+            bc = ((self.mean_action(obs) - scaled) ** 2).sum(-1)
+        else:
+            bc = -self.log_prob(batch["observations"], actions)
+        actor_loss = (weight * bc).mean()
+        self.actor_optim.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optim.step()
+
+        q = q.detach()
+        return {"value_loss": value_loss.detach(), "critic_loss": critic_loss.detach(),
+                "actor_loss": actor_loss.detach(), "q_mean": q.mean(), "advantage_mean": advantage.mean(),
+                "weight_mean": weight.mean()}
+
+    def on_epoch_end(self, epoch: int, total_epochs: int) -> None:
+        """The actor's learning rate: ``actor_lr (1 + cos(pi epoch / total_epochs)) / 2``, from the epoch,
+        so a resumed run continues it exactly."""
+        lr = self.config.actor_lr * 0.5 * (1.0 + math.cos(math.pi * epoch / total_epochs))
+        for group in self.actor_optim.param_groups:
+            group["lr"] = lr
+
+    def state_dict(self) -> dict:
+        return {
+            "config": asdict(self.config),
+            "actor": self.actor.state_dict(),
+            "log_std": self.log_std.detach().clone(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "value": self.value.state_dict(),
+            "actor_optim": self.actor_optim.state_dict(),
+            "critic_optim": self.critic_optim.state_dict(),
+            "value_optim": self.value_optim.state_dict(),
+            "obs_mean": self.obs_mean.clone(),
+            "obs_std": self.obs_std.clone(),
+            "reward_scale": self.reward_scale,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        with torch.no_grad():
+            self.log_std.copy_(state["log_std"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        self.value.load_state_dict(state["value"])
+        self.actor_optim.load_state_dict(state["actor_optim"])
+        self.critic_optim.load_state_dict(state["critic_optim"])
+        self.value_optim.load_state_dict(state["value_optim"])
+        self.set_normalisation(state["obs_mean"].cpu().numpy(), state["obs_std"].cpu().numpy(),
+                               state["reward_scale"])

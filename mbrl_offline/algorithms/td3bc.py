@@ -1,0 +1,221 @@
+"""TD3+BC: TD3 with a behaviour-cloning term in the actor loss (Fujimoto & Gu, NeurIPS 2021), as in
+CORL's ``algorithms/offline/td3_bc.py``, the reference both diffusion papers report with.
+
+Per update, with states normalised by the dataset's mean and std (+ 1e-3):
+
+1. critics:  y = r + gamma (1 - terminal) min_j Qbar_j(s', clip(pibar(s') + eps, low, high)),
+             eps = clip(N(0, sigma^2), -c, c),   L(Q) = sum_j mean (Q_j(s, a) - y)^2;
+2. every ``policy_freq``-th update only: the actor
+             lambda = alpha / mean|Q_1(s, pi(s))|  (no gradient through lambda),
+             L(pi)  = -lambda mean Q_1(s, pi(s)) + mean (pi(s) - a)^2,
+   then Polyak averaging of the target critics and the target actor with rate tau.
+
+Defaults are CORL's (the same in all 15 locomotion configs): alpha 2.5, sigma = 0.2 and c = 0.5 times
+the largest action, policy_freq 2, gamma 0.99, tau 5e-3, Adam at 3e-4 for both, batch 256, an actor of
+2 x 256 ReLU with a tanh output scaled to the action bounds and two critics of 2 x 256 ReLU. The
+paper's schedule is 1M updates.
+
+Written with autograd, top to bottom: the reference style for new agents. Differences from CORL, none
+of which changes the losses:
+
+* the two critics are one `CriticEnsemble` of 2 members (one batched matmul per layer, the same
+  initialisation as CORL's two ``nn.Linear`` stacks), and their loss is the sum of the two MSEs, as
+  CORL's ``F.mse_loss(q1, y) + F.mse_loss(q2, y)``;
+* CORL wraps the evaluation env so that it sees normalised states; here the agent keeps the dataset's
+  mean and std (`TD3BC.for_dataset`, saved in its state) and normalises inside ``act`` and ``update``,
+  so data from any generator and the raw env both work unchanged;
+* the actor maps tanh onto ``[low, high]`` (centre + half-width * tanh), which is CORL's
+  ``max_action * tanh`` for the symmetric bounds of every MuJoCo task; the noise scales with the
+  half-width, as CORL's with ``max_action``.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import asdict, dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.errors import ConfigError
+from mbrl_offline.models.networks import CriticEnsemble, mlp
+
+
+@dataclass
+class TD3BCConfig:
+    # The behaviour-cloning trade-off: lambda = alpha / mean|Q| on each actor update.
+    alpha: float = 2.5
+    # Target policy smoothing: noise of std policy_noise, clipped at +-noise_clip, both in units of
+    # the largest action (CORL: 0.2 and 0.5 times max_action).
+    policy_noise: float = 0.2
+    noise_clip: float = 0.5
+    # The actor and the targets are updated on every policy_freq-th critic update.
+    policy_freq: int = 2
+    actor_lr: float = 3e-4  # Adam, constant
+    critic_lr: float = 3e-4
+    gamma: float = 0.99  # discount
+    tau: float = 5e-3  # Polyak rate of the target actor and critics
+    hidden_size: int = 256  # width of the actor's and critics' hidden layers
+    hidden_layers: int = 2
+    batch_size: int = 256  # transitions per update
+    # States are normalised with the dataset's mean and std + state_std_eps (CORL: on, 1e-3).
+    normalize_states: bool = True
+    state_std_eps: float = 1e-3
+
+    def __post_init__(self):
+        if self.alpha < 0 or self.policy_noise < 0 or self.noise_clip < 0:
+            raise ConfigError(f"TD3+BC needs alpha, policy_noise and noise_clip >= 0, got {self.alpha}, "
+                              f"{self.policy_noise} and {self.noise_clip}.")
+        if self.policy_freq < 1:
+            raise ConfigError(f"algo.policy_freq = {self.policy_freq} must be at least 1 (CORL: 2).")
+
+
+class TD3BC:
+    """A TD3+BC agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
+
+    Model-free: no generator, every batch is real data. Build it with `TD3BC.for_dataset`, which
+    takes the state normalisation from the dataset."""
+
+    name = "td3bc"
+    config_class = TD3BCConfig
+    generator = None  # synthetic-experience producer used by the trainer (None: real data only)
+    real_ratio = 1.0  # fraction of real transitions per batch
+
+    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
+                 config: TD3BCConfig = TD3BCConfig(), device: str | torch.device = "cpu",
+                 obs_mean: Optional[np.ndarray] = None, obs_std: Optional[np.ndarray] = None):
+        self.config, self.device = config, torch.device(device)
+        self.obs_dim, self.act_dim = obs_dim, act_dim
+        low = torch.as_tensor(np.asarray(action_low, dtype=np.float32), device=self.device)
+        high = torch.as_tensor(np.asarray(action_high, dtype=np.float32), device=self.device)
+        self.action_low, self.action_high = low, high
+        self.action_centre, self.action_scale = (high + low) / 2, (high - low) / 2
+        # normalisation: identity until for_dataset (or a loaded state) sets the dataset's statistics
+        self.obs_mean = torch.zeros(obs_dim, device=self.device)
+        self.obs_std = torch.ones(obs_dim, device=self.device)
+        if obs_mean is not None:
+            self.set_normalisation(obs_mean, obs_std)
+
+        self.actor = mlp(obs_dim, act_dim, config.hidden_size, config.hidden_layers).to(self.device)
+        self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
+        self.critic = CriticEnsemble(obs_dim, act_dim, 2, config.hidden_size, config.hidden_layers,
+                                     init="torch").to(self.device)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr)
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
+        self.updates = 0
+        self._actor_loss = torch.zeros((), device=self.device)  # the last actor loss, reported between actor steps
+        self._bc_loss = torch.zeros((), device=self.device)
+
+    @classmethod
+    def for_dataset(cls, dataset, config: Optional[TD3BCConfig] = None, device: str | torch.device = "cpu",
+                    dynamics_path=None, cache_dir=None, progress: bool = True) -> "TD3BC":
+        """The agent for ``dataset``'s env, normalising states with the dataset's statistics."""
+        if dynamics_path is not None:
+            raise ConfigError(f"{cls.name} learns from the data alone and uses no dynamics model; "
+                              f"leave dynamics_path unset.")
+        config = config if config is not None else cls.config_class()
+        env = get_env_info(dataset.env_name)
+        low, high = env.action_bounds()
+        agent = cls(env.obs_dim, env.act_dim, low, high, config, device)
+        if config.normalize_states:
+            agent.set_normalisation(dataset.observations.mean(0), dataset.observations.std(0) + config.state_std_eps)
+        return agent
+
+    def set_normalisation(self, mean, std) -> None:
+        mean = torch.as_tensor(np.asarray(mean, dtype=np.float32), device=self.device)
+        std = torch.as_tensor(np.asarray(std, dtype=np.float32), device=self.device)
+        if mean.shape != (self.obs_dim,) or std.shape != (self.obs_dim,) or not bool((std > 0).all()):
+            raise ConfigError(f"state normalisation needs a mean and a positive std of shape ({self.obs_dim},).")
+        self.obs_mean, self.obs_std = mean, std
+
+    def normalise(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self.obs_mean) / self.obs_std
+
+    def policy(self, normalised_obs: torch.Tensor, target: bool = False) -> torch.Tensor:
+        """pi(s) in the env's action units, from normalised states."""
+        net = self.target_actor if target else self.actor
+        return self.action_centre + self.action_scale * torch.tanh(net(normalised_obs))
+
+    @torch.no_grad()
+    def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
+        """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy (the
+        policy is deterministic)."""
+        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        return self.policy(self.normalise(obs_t)).cpu().numpy()
+
+    @torch.no_grad()
+    def rollout_policy(self, obs: torch.Tensor) -> torch.Tensor:
+        """Actions for generators: the deterministic policy."""
+        return self.policy(self.normalise(obs))
+
+    def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """One critic step, and on every ``policy_freq``-th call an actor step and the target updates;
+        returns detached scalar tensors (the actor's losses are those of its last step)."""
+        cfg = self.config
+        self.updates += 1
+        obs, next_obs = self.normalise(batch["observations"]), self.normalise(batch["next_observations"])
+        actions = batch["actions"]
+
+        # 1. critics
+        with torch.no_grad():
+            max_action = self.action_scale.max()
+            noise = (torch.randn_like(actions) * cfg.policy_noise * max_action).clamp(
+                -cfg.noise_clip * max_action, cfg.noise_clip * max_action)
+            next_actions = torch.maximum(torch.minimum(self.policy(next_obs, target=True) + noise,
+                                                       self.action_high), self.action_low)
+            next_q = self.target_critic(next_obs, next_actions).min(dim=0).values
+            target = batch["rewards"] + cfg.gamma * (1.0 - batch["terminals"].float()) * next_q
+        q = self.critic(obs, actions)  # (2, B)
+        critic_loss = ((q - target) ** 2).mean(dim=1).sum()
+        self.critic_optim.zero_grad(set_to_none=True)
+        critic_loss.backward()
+        self.critic_optim.step()
+
+        # 2. actor and targets, every policy_freq-th update
+        if self.updates % cfg.policy_freq == 0:
+            pi = self.policy(obs)
+            q1 = self.critic(obs, pi)[0]
+            lmbda = cfg.alpha / q1.abs().mean().detach()
+            bc_loss = F.mse_loss(pi, actions)
+            actor_loss = -lmbda * q1.mean() + bc_loss
+            self.actor_optim.zero_grad(set_to_none=True)
+            actor_loss.backward()
+            self.actor_optim.step()
+            with torch.no_grad():
+                torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), cfg.tau)
+                torch._foreach_lerp_(list(self.target_actor.parameters()), list(self.actor.parameters()), cfg.tau)
+            self._actor_loss, self._bc_loss = actor_loss.detach(), bc_loss.detach()
+
+        q = q.detach()
+        return {"critic_loss": critic_loss.detach(), "actor_loss": self._actor_loss, "bc_loss": self._bc_loss,
+                "q_mean": q.mean(), "q_std": q.std(dim=0).mean()}
+
+    def on_epoch_end(self, epoch: int, total_epochs: int) -> None:
+        """Nothing to do: TD3+BC's learning rates are constant."""
+
+    def state_dict(self) -> dict:
+        return {
+            "config": asdict(self.config),
+            "actor": self.actor.state_dict(),
+            "target_actor": self.target_actor.state_dict(),
+            "critic": self.critic.state_dict(),
+            "target_critic": self.target_critic.state_dict(),
+            "actor_optim": self.actor_optim.state_dict(),
+            "critic_optim": self.critic_optim.state_dict(),
+            "obs_mean": self.obs_mean.clone(),
+            "obs_std": self.obs_std.clone(),
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.actor.load_state_dict(state["actor"])
+        self.target_actor.load_state_dict(state["target_actor"])
+        self.critic.load_state_dict(state["critic"])
+        self.target_critic.load_state_dict(state["target_critic"])
+        self.actor_optim.load_state_dict(state["actor_optim"])
+        self.critic_optim.load_state_dict(state["critic_optim"])
+        self.set_normalisation(state["obs_mean"].cpu().numpy(), state["obs_std"].cpu().numpy())
+        self.updates = int(state["updates"])
