@@ -32,10 +32,10 @@ def grads_of(module_params, loss):
 # ------------------------------------------------------------------------------------------ TD3+BC
 def test_td3bc_normalises_states_with_the_dataset_statistics(data):
     agent = TD3BC.for_dataset(data, TD3BCConfig(hidden_size=16))
-    assert torch.allclose(agent.obs_mean, torch.as_tensor(data.observations.mean(0)))
-    assert torch.allclose(agent.obs_std, torch.as_tensor(data.observations.std(0) + 1e-3))
+    assert torch.allclose(agent.normalise.mean, torch.as_tensor(data.observations.mean(0)))
+    assert torch.allclose(agent.normalise.std, torch.as_tensor(data.observations.std(0) + 1e-3))
     off = TD3BC.for_dataset(data, TD3BCConfig(hidden_size=16, normalize_states=False))
-    assert torch.equal(off.obs_mean, torch.zeros(3)) and torch.equal(off.obs_std, torch.ones(3))
+    assert torch.equal(off.normalise.mean, torch.zeros(3)) and torch.equal(off.normalise.std, torch.ones(3))
 
 
 def test_td3bc_losses_follow_corl(data):
@@ -211,7 +211,7 @@ def test_exact_resume_and_load_policy(agent_cls, data, tmp_path):
     assert isinstance(loaded, agent_cls) and state["algorithm"] == agent_cls.name
     obs = data.observations[:5]
     assert np.array_equal(loaded.act(obs), straight.agent.act(obs))
-    assert torch.equal(loaded.obs_std, straight.agent.obs_std)
+    assert torch.equal(loaded.normalise.std, straight.agent.normalise.std)
 
 
 @pytest.mark.parametrize("agent_cls", [TD3BC, IQL])

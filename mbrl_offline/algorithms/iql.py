@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.algorithms.model_free import ObservationNormaliser, new_agent_for
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 
@@ -109,9 +109,8 @@ class IQL:
         low = torch.as_tensor(np.asarray(action_low, dtype=np.float32), device=self.device)
         high = torch.as_tensor(np.asarray(action_high, dtype=np.float32), device=self.device)
         self.action_centre, self.action_scale = (high + low) / 2, (high - low) / 2
-        # identity until for_dataset (or a loaded state) sets the dataset's statistics
-        self.obs_mean = torch.zeros(obs_dim, device=self.device)
-        self.obs_std = torch.ones(obs_dim, device=self.device)
+        # the identity until for_dataset (or a loaded state) sets the dataset's statistics
+        self.normalise = ObservationNormaliser(obs_dim, self.device)
         self.reward_scale = 1.0
 
         h, layers = config.hidden_size, config.hidden_layers
@@ -129,37 +128,20 @@ class IQL:
     def for_dataset(cls, dataset, config: Optional[IQLConfig] = None, device: str | torch.device = "cpu",
                     dynamics_path=None, cache_dir=None, progress: bool = True) -> "IQL":
         """The agent for ``dataset``'s env, with the dataset's state statistics and reward scale."""
-        if dynamics_path is not None:
-            raise ConfigError(f"{cls.name} learns from the data alone and uses no dynamics model; "
-                              f"leave dynamics_path unset.")
-        config = config if config is not None else cls.config_class()
-        env = get_env_info(dataset.env_name)
-        low, high = env.action_bounds()
-        agent = cls(env.obs_dim, env.act_dim, low, high, config, device)
-        mean = dataset.observations.mean(0) if config.normalize_states else np.zeros(env.obs_dim)
-        std = dataset.observations.std(0) + config.state_std_eps if config.normalize_states else np.ones(env.obs_dim)
-        scale = 1.0
-        if config.normalize_reward:
+        agent = new_agent_for(cls, dataset, config, device, dynamics_path)
+        if agent.config.normalize_reward:
             returns = dataset.episode_returns()
             spread = float(returns.max() - returns.min()) if len(returns) else 0.0
             if not spread > 0:
                 raise ConfigError("algo.normalize_reward needs episodes with different returns in the dataset; "
                                   "set algo.normalize_reward=false.")
-            scale = 1000.0 / spread
-        agent.set_normalisation(mean, std, scale)
+            agent.set_reward_scale(1000.0 / spread)
         return agent
 
-    def set_normalisation(self, mean, std, reward_scale: float = 1.0) -> None:
-        mean = torch.as_tensor(np.asarray(mean, dtype=np.float32), device=self.device)
-        std = torch.as_tensor(np.asarray(std, dtype=np.float32), device=self.device)
-        if mean.shape != (self.obs_dim,) or std.shape != (self.obs_dim,) or not bool((std > 0).all()):
-            raise ConfigError(f"state normalisation needs a mean and a positive std of shape ({self.obs_dim},).")
-        if not (math.isfinite(reward_scale) and reward_scale > 0):
-            raise ConfigError(f"the reward scale must be positive and finite, got {reward_scale}.")
-        self.obs_mean, self.obs_std, self.reward_scale = mean, std, float(reward_scale)
-
-    def normalise(self, obs: torch.Tensor) -> torch.Tensor:
-        return (obs - self.obs_mean) / self.obs_std
+    def set_reward_scale(self, scale: float) -> None:
+        if not (math.isfinite(scale) and scale > 0):
+            raise ConfigError(f"the reward scale must be positive and finite, got {scale}.")
+        self.reward_scale = float(scale)
 
     def mean_action(self, normalised_obs: torch.Tensor) -> torch.Tensor:
         """The policy's mean (the deterministic actor's output) in [-1, 1]."""
@@ -256,8 +238,7 @@ class IQL:
             "actor_optim": self.actor_optim.state_dict(),
             "critic_optim": self.critic_optim.state_dict(),
             "value_optim": self.value_optim.state_dict(),
-            "obs_mean": self.obs_mean.clone(),
-            "obs_std": self.obs_std.clone(),
+            "normalise": self.normalise.state_dict(),
             "reward_scale": self.reward_scale,
         }
 
@@ -271,5 +252,5 @@ class IQL:
         self.actor_optim.load_state_dict(state["actor_optim"])
         self.critic_optim.load_state_dict(state["critic_optim"])
         self.value_optim.load_state_dict(state["value_optim"])
-        self.set_normalisation(state["obs_mean"].cpu().numpy(), state["obs_std"].cpu().numpy(),
-                               state["reward_scale"])
+        self.normalise.load_state_dict(state["normalise"])
+        self.set_reward_scale(state["reward_scale"])

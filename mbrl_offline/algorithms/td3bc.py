@@ -38,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.algorithms.model_free import ObservationNormaliser, new_agent_for
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 
@@ -84,19 +84,15 @@ class TD3BC:
     real_ratio = 1.0  # fraction of real transitions per batch
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
-                 config: TD3BCConfig = TD3BCConfig(), device: str | torch.device = "cpu",
-                 obs_mean: Optional[np.ndarray] = None, obs_std: Optional[np.ndarray] = None):
+                 config: TD3BCConfig = TD3BCConfig(), device: str | torch.device = "cpu"):
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         low = torch.as_tensor(np.asarray(action_low, dtype=np.float32), device=self.device)
         high = torch.as_tensor(np.asarray(action_high, dtype=np.float32), device=self.device)
         self.action_low, self.action_high = low, high
         self.action_centre, self.action_scale = (high + low) / 2, (high - low) / 2
-        # normalisation: identity until for_dataset (or a loaded state) sets the dataset's statistics
-        self.obs_mean = torch.zeros(obs_dim, device=self.device)
-        self.obs_std = torch.ones(obs_dim, device=self.device)
-        if obs_mean is not None:
-            self.set_normalisation(obs_mean, obs_std)
+        # the identity until for_dataset (or a loaded state) sets the dataset's statistics
+        self.normalise = ObservationNormaliser(obs_dim, self.device)
 
         self.actor = mlp(obs_dim, act_dim, config.hidden_size, config.hidden_layers).to(self.device)
         self.target_actor = copy.deepcopy(self.actor).requires_grad_(False)
@@ -113,26 +109,7 @@ class TD3BC:
     def for_dataset(cls, dataset, config: Optional[TD3BCConfig] = None, device: str | torch.device = "cpu",
                     dynamics_path=None, cache_dir=None, progress: bool = True) -> "TD3BC":
         """The agent for ``dataset``'s env, normalising states with the dataset's statistics."""
-        if dynamics_path is not None:
-            raise ConfigError(f"{cls.name} learns from the data alone and uses no dynamics model; "
-                              f"leave dynamics_path unset.")
-        config = config if config is not None else cls.config_class()
-        env = get_env_info(dataset.env_name)
-        low, high = env.action_bounds()
-        agent = cls(env.obs_dim, env.act_dim, low, high, config, device)
-        if config.normalize_states:
-            agent.set_normalisation(dataset.observations.mean(0), dataset.observations.std(0) + config.state_std_eps)
-        return agent
-
-    def set_normalisation(self, mean, std) -> None:
-        mean = torch.as_tensor(np.asarray(mean, dtype=np.float32), device=self.device)
-        std = torch.as_tensor(np.asarray(std, dtype=np.float32), device=self.device)
-        if mean.shape != (self.obs_dim,) or std.shape != (self.obs_dim,) or not bool((std > 0).all()):
-            raise ConfigError(f"state normalisation needs a mean and a positive std of shape ({self.obs_dim},).")
-        self.obs_mean, self.obs_std = mean, std
-
-    def normalise(self, obs: torch.Tensor) -> torch.Tensor:
-        return (obs - self.obs_mean) / self.obs_std
+        return new_agent_for(cls, dataset, config, device, dynamics_path)
 
     def policy(self, normalised_obs: torch.Tensor, target: bool = False) -> torch.Tensor:
         """pi(s) in the env's action units, from normalised states."""
@@ -205,8 +182,7 @@ class TD3BC:
             "target_critic": self.target_critic.state_dict(),
             "actor_optim": self.actor_optim.state_dict(),
             "critic_optim": self.critic_optim.state_dict(),
-            "obs_mean": self.obs_mean.clone(),
-            "obs_std": self.obs_std.clone(),
+            "normalise": self.normalise.state_dict(),
             "updates": self.updates,
         }
 
@@ -217,5 +193,5 @@ class TD3BC:
         self.target_critic.load_state_dict(state["target_critic"])
         self.actor_optim.load_state_dict(state["actor_optim"])
         self.critic_optim.load_state_dict(state["critic_optim"])
-        self.set_normalisation(state["obs_mean"].cpu().numpy(), state["obs_std"].cpu().numpy())
+        self.normalise.load_state_dict(state["normalise"])
         self.updates = int(state["updates"])

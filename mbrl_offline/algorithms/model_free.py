@@ -1,0 +1,56 @@
+"""What the model-free agents (TD3+BC, IQL) share: the dataset's state normalisation, kept inside the
+agent, and building an agent for a dataset's env."""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.errors import ConfigError
+
+
+class ObservationNormaliser:
+    """``(obs - mean) / std`` with a dataset's statistics; the identity until `fit` or `set`. Part of the
+    agent's state, so a saved agent acts on raw observations."""
+
+    def __init__(self, obs_dim: int, device: torch.device):
+        self.obs_dim, self.device = obs_dim, device
+        self.mean = torch.zeros(obs_dim, device=device)
+        self.std = torch.ones(obs_dim, device=device)
+
+    def set(self, mean, std) -> None:
+        mean = torch.as_tensor(np.asarray(mean, dtype=np.float32), device=self.device)
+        std = torch.as_tensor(np.asarray(std, dtype=np.float32), device=self.device)
+        if mean.shape != (self.obs_dim,) or std.shape != (self.obs_dim,) or not bool((std > 0).all()):
+            raise ConfigError(f"state normalisation needs a mean and a positive std of shape ({self.obs_dim},).")
+        self.mean, self.std = mean, std
+
+    def fit(self, observations: np.ndarray, eps: float) -> None:
+        """The mean and the std + ``eps`` of ``observations`` (CORL's ``compute_mean_std``)."""
+        self.set(observations.mean(0), observations.std(0) + eps)
+
+    def __call__(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self.mean) / self.std
+
+    def state_dict(self) -> dict:
+        return {"mean": self.mean.clone(), "std": self.std.clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.set(state["mean"].cpu().numpy(), state["std"].cpu().numpy())
+
+
+def new_agent_for(cls, dataset, config, device, dynamics_path: Optional[str]):
+    """``cls(obs_dim, act_dim, low, high, config, device)`` for ``dataset``'s env, with the state
+    normalisation fitted when ``config.normalize_states``; a model-free agent refuses a dynamics model."""
+    if dynamics_path is not None:
+        raise ConfigError(f"{cls.name} learns from the data alone and uses no dynamics model; "
+                          f"leave dynamics_path unset.")
+    config = config if config is not None else cls.config_class()
+    env = get_env_info(dataset.env_name)
+    low, high = env.action_bounds()
+    agent = cls(env.obs_dim, env.act_dim, low, high, config, device)
+    if config.normalize_states:
+        agent.normalise.fit(dataset.observations, config.state_std_eps)
+    return agent
