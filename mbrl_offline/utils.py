@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import math
 import os
 import sys
 import tempfile
@@ -118,3 +119,18 @@ class CUDAGraphed:
         with torch.cuda.graph(graph):
             self.output = self.fn(self.inputs)
         self.graph = graph
+
+
+@torch.no_grad()
+def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
+    """Polyak averaging: every parameter of ``target`` moves ``tau`` of the way to ``online``'s."""
+    torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
+
+
+def anneal_cosine(optimizer: torch.optim.Optimizer, base_lr: float, epoch: int, total_epochs: int) -> None:
+    """Set every group's learning rate to ``base_lr (1 + cos(pi epoch / total_epochs)) / 2``: torch's
+    ``CosineAnnealingLR`` with ``T_max = total_epochs`` stepped once per epoch, computed from the epoch
+    (so a resumed run continues it exactly)."""
+    lr = base_lr * 0.5 * (1.0 + math.cos(math.pi * epoch / total_epochs))
+    for group in optimizer.param_groups:
+        group["lr"] = lr

@@ -47,9 +47,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from mbrl_offline.algorithms.model_free import ObservationNormaliser, new_agent_for
+from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
+from mbrl_offline.utils import anneal_cosine, soft_update
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL's clamp of the actor's log-std
 
@@ -106,9 +107,7 @@ class IQL:
                  config: IQLConfig = IQLConfig(), device: str | torch.device = "cpu"):
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
-        low = torch.as_tensor(np.asarray(action_low, dtype=np.float32), device=self.device)
-        high = torch.as_tensor(np.asarray(action_high, dtype=np.float32), device=self.device)
-        self.action_centre, self.action_scale = (high + low) / 2, (high - low) / 2
+        _, _, self.action_centre, self.action_scale = action_box(action_low, action_high, self.device)
         # the identity until for_dataset (or a loaded state) sets the dataset's statistics
         self.normalise = ObservationNormaliser(obs_dim, self.device)
         self.reward_scale = 1.0
@@ -150,6 +149,10 @@ class IQL:
     def to_env_units(self, action: torch.Tensor) -> torch.Tensor:
         return self.action_centre + self.action_scale * action.clamp(-1.0, 1.0)
 
+    def to_unit(self, actions: torch.Tensor) -> torch.Tensor:
+        """Env-unit actions mapped onto [-1, 1], the policy's scale."""
+        return (actions - self.action_centre) / self.action_scale
+
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy: the
@@ -170,7 +173,7 @@ class IQL:
         """log pi(a|s) of env-unit ``actions`` under the Gaussian actor ``(B,)``, differentiable in
         ``actions`` and in the actor's parameters (states are normalised here)."""
         mean = self.mean_action(self.normalise(obs))
-        scaled = (actions - self.action_centre) / self.action_scale
+        scaled = self.to_unit(actions)
         dist = torch.distributions.Normal(mean, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
         return dist.log_prob(scaled).sum(-1)
 
@@ -200,14 +203,12 @@ class IQL:
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), cfg.tau)
+        soft_update(self.target_critic, self.critic, cfg.tau)
 
         # 3. actor: advantage-weighted regression
         weight = torch.exp(cfg.beta * advantage).clamp(max=cfg.exp_adv_max)
         if cfg.deterministic_actor:
-            scaled = (actions - self.action_centre) / self.action_scale
-            bc = ((self.mean_action(obs) - scaled) ** 2).sum(-1)
+            bc = ((self.mean_action(obs) - self.to_unit(actions)) ** 2).sum(-1)
         else:
             bc = -self.log_prob(batch["observations"], actions)
         actor_loss = (weight * bc).mean()
@@ -223,9 +224,7 @@ class IQL:
     def on_epoch_end(self, epoch: int, total_epochs: int) -> None:
         """The actor's learning rate: ``actor_lr (1 + cos(pi epoch / total_epochs)) / 2``, from the epoch,
         so a resumed run continues it exactly."""
-        lr = self.config.actor_lr * 0.5 * (1.0 + math.cos(math.pi * epoch / total_epochs))
-        for group in self.actor_optim.param_groups:
-            group["lr"] = lr
+        anneal_cosine(self.actor_optim, self.config.actor_lr, epoch, total_epochs)
 
     def state_dict(self) -> dict:
         return {

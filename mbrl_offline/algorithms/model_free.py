@@ -1,5 +1,5 @@
 """What the model-free agents (TD3+BC, IQL) share: the dataset's state normalisation, kept inside the
-agent, and building an agent for a dataset's env."""
+agent, their action bounds as tensors, and building an agent for a dataset's env."""
 from __future__ import annotations
 
 from typing import Optional
@@ -39,6 +39,13 @@ class ObservationNormaliser:
 
     def load_state_dict(self, state: dict) -> None:
         self.set(state["mean"].cpu().numpy(), state["std"].cpu().numpy())
+
+
+def action_box(action_low, action_high, device: torch.device):
+    """The env's action bounds as tensors on ``device``: ``(low, high, centre, half-width)``."""
+    low = torch.as_tensor(np.asarray(action_low, dtype=np.float32), device=device)
+    high = torch.as_tensor(np.asarray(action_high, dtype=np.float32), device=device)
+    return low, high, (high + low) / 2, (high - low) / 2
 
 
 def new_agent_for(cls, dataset, config, device, dynamics_path: Optional[str]):

@@ -34,7 +34,6 @@ Deviations, on purpose, none of which changes the losses or their gradients:
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -43,7 +42,7 @@ import torch
 
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
-from mbrl_offline.utils import CUDAGraphed
+from mbrl_offline.utils import CUDAGraphed, anneal_cosine, soft_update
 
 
 def _adam(params, lr: float, fused: bool, capturable: bool) -> torch.optim.Adam:
@@ -217,8 +216,7 @@ class SAC:
         torch.autograd.backward(outputs, output_grads)
         self.critic_optim.step()
 
-        with torch.no_grad():
-            torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), cfg.tau)
+        soft_update(self.target_critic, self.critic, cfg.tau)
 
         q = q.detach()
         return {
@@ -237,9 +235,7 @@ class SAC:
         ``T_max = total_epochs`` stepped once per epoch (as OfflineRL-Kit's MOPO and MOBILE); computed
         from the epoch, so a resumed run continues it exactly."""
         if self.config.actor_lr_cosine:
-            lr = self.config.actor_lr * 0.5 * (1.0 + math.cos(math.pi * epoch / total_epochs))
-            for group in self.actor_optim.param_groups:
-                group["lr"] = lr
+            anneal_cosine(self.actor_optim, self.config.actor_lr, epoch, total_epochs)
             self._graphed_update.reset()  # the recorded optimiser step holds the old rate
 
     @torch.no_grad()

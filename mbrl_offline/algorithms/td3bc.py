@@ -38,9 +38,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from mbrl_offline.algorithms.model_free import ObservationNormaliser, new_agent_for
+from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
+from mbrl_offline.utils import soft_update
 
 
 @dataclass
@@ -87,10 +88,8 @@ class TD3BC:
                  config: TD3BCConfig = TD3BCConfig(), device: str | torch.device = "cpu"):
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
-        low = torch.as_tensor(np.asarray(action_low, dtype=np.float32), device=self.device)
-        high = torch.as_tensor(np.asarray(action_high, dtype=np.float32), device=self.device)
-        self.action_low, self.action_high = low, high
-        self.action_centre, self.action_scale = (high + low) / 2, (high - low) / 2
+        self.action_low, self.action_high, self.action_centre, self.action_scale = action_box(
+            action_low, action_high, self.device)
         # the identity until for_dataset (or a loaded state) sets the dataset's statistics
         self.normalise = ObservationNormaliser(obs_dim, self.device)
 
@@ -161,9 +160,8 @@ class TD3BC:
             self.actor_optim.zero_grad(set_to_none=True)
             actor_loss.backward()
             self.actor_optim.step()
-            with torch.no_grad():
-                torch._foreach_lerp_(list(self.target_critic.parameters()), list(self.critic.parameters()), cfg.tau)
-                torch._foreach_lerp_(list(self.target_actor.parameters()), list(self.actor.parameters()), cfg.tau)
+            soft_update(self.target_critic, self.critic, cfg.tau)
+            soft_update(self.target_actor, self.actor, cfg.tau)
             self._actor_loss, self._bc_loss = actor_loss.detach(), bc_loss.detach()
 
         q = q.detach()
