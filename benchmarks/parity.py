@@ -10,9 +10,9 @@ dataset) beside it.
 
 Both sides get the same arrays: the bundled dataset (``mbrl_offline.load_dataset``) less one common
 holdout of 1000 rows drawn with a fixed seed (``SPLIT_SEED``), which neither side trains on. Our side
-is ``<Agent>.for_dataset`` with the algorithm's config, the preset ``configs/preset/<algo>-<dataset>.yaml``
-where there is one, and ``Trainer``, as ``examples/train.py`` runs them, with the dynamics seed set to
-the run seed (so that seeds differ on both sides).
+is ``mbrl_offline.build_run`` with the algorithm's config and published generator, the preset
+``configs/preset/<algo>-<dataset>.yaml`` where there is one, as ``examples/train.py`` runs them, with
+one generation per epoch and the dynamics seed set to the run seed (so that seeds differ on both sides).
 
 What each side reports, measured the same way on both:
 
@@ -83,11 +83,12 @@ def common_data(dataset_name: str):
     return data, data.subset(train), data.subset(holdout), q_rows
 
 
-def preset(algo: str, dataset_name: str) -> dict:
-    """The ``algo`` settings of ``configs/preset/<algo>-<dataset>.yaml`` ({} where there is none)."""
+def preset(algo: str, dataset_name: str, part: str = "algo") -> dict:
+    """The ``part`` (``algo`` or ``generator``) settings of ``configs/preset/<algo>-<dataset>.yaml`` ({}
+    where there is none)."""
     from omegaconf import OmegaConf
     path = ROOT / "configs" / "preset" / f"{algo}-{dataset_name}.yaml"
-    return OmegaConf.to_container(OmegaConf.load(path))["algo"] if path.is_file() else {}
+    return OmegaConf.to_container(OmegaConf.load(path)).get(part, {}) if path.is_file() else {}
 
 
 def settings(algo: str, dataset_name: str) -> dict:
@@ -95,16 +96,16 @@ def settings(algo: str, dataset_name: str) -> dict:
     and MOPO's lambda for the model-level penalty measure; the config's defaults where the preset is
     silent."""
     from mbrl_offline.algorithms import get_algorithm
-    default = get_algorithm(algo)[1]()
-    p = preset(algo, dataset_name)
-    rollout = p.get("rollout", {})
-    out = {"horizon": rollout.get("horizon", default.rollout.horizon),
-           "mopo_lambda": preset("mopo", dataset_name).get("rollout", {}).get("penalty_coef", 0.5),
+    agent_cls, config_cls = get_algorithm(algo)
+    default, generator = config_cls(), agent_cls.published_generator()
+    p, rollout = preset(algo, dataset_name), preset(algo, dataset_name, "generator").get("rollout", {})
+    out = {"horizon": rollout.get("horizon", generator.rollout.horizon),
+           "mopo_lambda": preset("mopo", dataset_name, "generator").get("rollout", {}).get("penalty_coef", 0.5),
            "auto_alpha": p.get("auto_alpha", default.auto_alpha), "init_alpha": p.get("init_alpha", default.init_alpha),
-           "penalty_coef": (rollout.get("penalty_coef", default.rollout.penalty_coef) if algo == "mopo"
+           "penalty_coef": (rollout.get("penalty_coef", generator.rollout.penalty_coef) if algo == "mopo"
                             else p.get("penalty_coef", getattr(default, "penalty_coef", None)))}
     if algo == "ravl":
-        out.update(num_critics=default.num_critics, eta=default.eta, real_ratio=default.real_ratio)
+        out.update(num_critics=default.num_critics, eta=default.eta, real_ratio=generator.mixing.real_ratio)
     return out
 
 
@@ -148,29 +149,43 @@ def run_ours(args) -> dict:
     from mbrl_offline.config import config_to_dataclass
     from mbrl_offline.data.envs import get_env_info
     from mbrl_offline.logging import read_metrics
-    from mbrl_offline.trainer import Trainer, TrainerConfig
+    from mbrl_offline.compose import build_run
+    from mbrl_offline.generators import RolloutGeneratorConfig
+    from mbrl_offline.trainer import TrainerConfig
 
     data, train, holdout, q_rows = common_data(args.dataset)
     env = get_env_info(data.env_name)
     low, high = env.action_bounds()
     s = settings(args.algo, args.dataset)
     agent_cls, _ = get_algorithm(args.algo)
-    values = dataclasses.asdict(agent_cls.config_class())
-    for key, value in preset(args.algo, args.dataset).items():
-        values[key] = {**values[key], **value} if isinstance(value, dict) else value
+
+    def with_preset(values: dict, part: str) -> dict:
+        for key, value in preset(args.algo, args.dataset, part).items():
+            values[key] = {**values[key], **value} if isinstance(value, dict) else value
+        return values
+
+    config = config_to_dataclass(agent_cls.config_class, with_preset(dataclasses.asdict(agent_cls.config_class()), "algo"),
+                                 "algo")
+    values = with_preset(dataclasses.asdict(agent_cls.published_generator()), "generator")
     values["rollout"]["rollouts_per_epoch"] = args.rollouts
+    values["every"] = args.updates_per_epoch  # one generation per epoch, as the peers' loops
     values["dynamics"].update(max_epochs=args.dynamics_max_epochs, seed=args.seed)
     for item in args.ours_dynamics or []:  # e.g. logvar_bounds=member: another recipe, for comparison
         key, _, value = item.partition("=")
         values["dynamics"][key] = yaml_value(value)
-    config = config_to_dataclass(agent_cls.config_class, values, "algo")
+    generator_config = config_to_dataclass(RolloutGeneratorConfig, values, "generator")
 
-    torch.manual_seed(args.seed)
     folder = tempfile.mkdtemp(prefix="ours-")
+    run_dir = Path(folder) / "run"
     start = time.perf_counter()
-    agent = agent_cls.for_dataset(train, config, "cpu", cache_dir=folder, progress=False)
+    trainer = build_run(args.algo, train, config, generator_config,
+                        TrainerConfig(epochs=max(args.epochs, 1), updates_per_epoch=args.updates_per_epoch,
+                                      eval_every=1, eval_episodes=args.eval_episodes, seed=args.seed,
+                                      run_dir=str(run_dir), progress=False, tensorboard=False,
+                                      checkpoint_every=max(args.epochs, 1)),
+                        "cpu", cache_dir=folder)  # seeds torch with args.seed first, as before
     dynamics_seconds = time.perf_counter() - start
-    model_ = agent.dynamics
+    agent, model_ = trainer.agent, trainer.generator.dynamics
 
     def predict(obs, act):
         with torch.no_grad():
@@ -181,7 +196,8 @@ def run_ours(args) -> dict:
         return model_.step(torch.as_tensor(obs), torch.as_tensor(act))["rewards"].numpy()
 
     model = model_measures(predict, step, model_.elites.numpy(), holdout, s["mopo_lambda"], low, high)
-    dynamics_log = [float(np.mean(sorted(r["holdout_mse"])[:config.dynamics.num_elites])) for r in model_.train_log]
+    dynamics_log = [float(np.mean(sorted(r["holdout_mse"])[:generator_config.dynamics.num_elites]))
+                    for r in model_.train_log]
     model["own_holdout_loss"] = dynamics_log[-1]  # the mean of the best 5 members, as OfflineRL-Kit logs it
     model["epochs"] = len(model_.train_log)
     model["seconds"] = dynamics_seconds
@@ -189,7 +205,7 @@ def run_ours(args) -> dict:
 
     if args.epochs == 0:  # the dynamics model alone
         return {"model": model, "curve": [], "dynamics_holdout_log": dynamics_log,
-                "dynamics_config": dataclasses.asdict(config.dynamics)}
+                "dynamics_config": dataclasses.asdict(generator_config.dynamics)}
     q_obs = torch.as_tensor(train.observations[q_rows])
     q_act = torch.as_tensor(train.actions[q_rows])
     h_obs, h_act = torch.as_tensor(holdout.observations), torch.as_tensor(holdout.actions)
@@ -204,12 +220,7 @@ def run_ours(args) -> dict:
                     extra.update(penalty_mean=penalty.mean().item(), penalty_std=penalty.std().item())
             extras.append(extra)
 
-    run_dir = Path(folder) / "run"
-    trainer = Trainer(agent, train, TrainerConfig(epochs=args.epochs, updates_per_epoch=args.updates_per_epoch,
-                                                  eval_every=1, eval_episodes=args.eval_episodes, seed=args.seed,
-                                                  run_dir=str(run_dir), progress=False, tensorboard=False,
-                                                  checkpoint_every=args.epochs),
-                      callbacks=[Measure()])
+    trainer.callbacks.append(Measure())
     start = time.perf_counter()
     trainer.train()
     metrics = read_metrics(run_dir)
@@ -217,7 +228,7 @@ def run_ours(args) -> dict:
               "rollout_reward_mean": m["rollout"]["reward_mean"], "alpha": m["train"]["alpha"], **e}
              for h, m, e in zip(trainer.history, metrics, extras)]
     return {"model": model, "curve": curve, "agent_seconds": time.perf_counter() - start,
-            "dynamics_holdout_log": dynamics_log, "dynamics_config": dataclasses.asdict(config.dynamics)}
+            "dynamics_holdout_log": dynamics_log, "dynamics_config": dataclasses.asdict(generator_config.dynamics)}
 
 
 # ---------------------------------------------------------------------------------------- driver

@@ -1,4 +1,5 @@
-"""Throughput of the RAVL pipeline on this machine, at the paper's sizes (hopper: obs 11, act 3).
+"""Throughput of the RAVL pipeline and the model-free agents on this machine, at the papers' sizes
+(hopper: obs 11, act 3).
 
     python benchmarks/throughput.py [--threads 2] [--device cpu] [--repeats 5] [--system-malloc]
 
@@ -13,10 +14,12 @@ mkl_avx512`) let MKL run its AVX-512 code in this process, in which case the pea
 * RAVL agent updates/s: the full loop body (a mixed batch of 256 from a 1M real and a full 1.25M
   synthetic buffer, then one update of 10 critics and the actor, 3x256, EDAC eta = 1); on a GPU
   also without CUDA graphs (``cuda_graph=False``), as for the dynamics batches;
+* TD3+BC and IQL updates/s at CORL's sizes (2x256 networks, batch 256) on batches from a 1M-row real
+  buffer, as they train without a generator (TD3+BC's FLOPs: the mean of a critic-only and a full step);
 * dynamics-training samples/s: `GaussianEnsembleDynamics.fit` epochs on 100k rows (7 members, 4x200,
   batch 256), end to end (holdout evaluation and set-up included), and its training batches alone
   (the epoch log's ``samples_per_s``), which is how the official code's figure was measured;
-* rollout transitions/s: `BranchedRollouts.generate` with 50,000 starts x 5 steps (no early
+* rollout transitions/s: `BranchedRollouts.rollout` with 50,000 starts x 5 steps (no early
   termination: the worst case), buffer insert included;
 * UP-MPC rollout transitions/s (COPlanner's defaults: K = 5 candidates, H_p = 5 planning steps,
   every member evaluated per planning step, MOPO's penalty) from 5,000 starts x 5 steps, and the
@@ -41,9 +44,11 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mbrl_offline import mkl_avx512
-from mbrl_offline.algorithms.coplanner import COPlannerConfig
+from mbrl_offline.algorithms.coplanner import COPlanner
+from mbrl_offline.algorithms.iql import IQL
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
-from mbrl_offline.buffer import TransitionBuffer, sample_mixed
+from mbrl_offline.algorithms.td3bc import TD3BC
+from mbrl_offline.buffer import Mixing, TransitionBuffer
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
@@ -138,17 +143,38 @@ def random_transitions(n: int, device: torch.device) -> dict[str, torch.Tensor]:
 
 def bench_updates(device, repeats: int, updates: int = 200, config: RAVLConfig = RAVLConfig()):
     agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), config, device)
+    generator = RAVL.published_generator()
     real = TransitionBuffer(1_000_000, OBS, ACT, device)
     real.add(**random_transitions(1_000_000, device))
-    synthetic = TransitionBuffer(config.rollout.buffer_capacity, OBS, ACT, device)
-    synthetic.add(**random_transitions(config.rollout.buffer_capacity, device))
+    synthetic = TransitionBuffer(generator.rollout.buffer_capacity, OBS, ACT, device)
+    synthetic.add(**random_transitions(generator.rollout.buffer_capacity, device))
+    mixing = Mixing(generator.mixing)
     rng = torch.Generator(device=device).manual_seed(0)
 
     def loop(n):
         for _ in range(n):
-            agent.update(sample_mixed(real, synthetic, config.batch_size, config.real_ratio, rng))
+            agent.update(mixing.sample(real, synthetic, config.batch_size, rng))
 
     flops = count_flops(lambda: loop(1))  # first, while it runs eagerly: a CUDA graph's replay hides its ops
+    loop(30)
+    times = timed(lambda: loop(updates), repeats, device)
+    return updates / statistics.median(times), flops
+
+
+def bench_model_free_updates(agent_cls, device, repeats: int, updates: int = 500):
+    """TD3+BC or IQL (CORL's sizes: 2x256 networks, batch 256) on batches from a 1M-row real buffer,
+    as ``algo=td3bc`` and ``algo=iql`` train without a generator."""
+    agent = agent_cls(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), agent_cls.config_class(), device)
+    real = TransitionBuffer(1_000_000, OBS, ACT, device)
+    real.add(**random_transitions(1_000_000, device))
+    mixing, batch_size = Mixing(), agent.config.batch_size
+    rng = torch.Generator(device=device).manual_seed(0)
+
+    def loop(n):
+        for _ in range(n):
+            agent.update(mixing.sample(real, None, batch_size, rng))
+
+    flops = count_flops(lambda: loop(2)) / 2  # TD3+BC's actor steps every 2nd update: the mean of a pair
     loop(30)
     times = timed(lambda: loop(updates), repeats, device)
     return updates / statistics.median(times), flops
@@ -174,22 +200,21 @@ def bench_dynamics(device, repeats: int, rows: int = 100_000, epochs: int = 2, c
 
 
 def bench_rollouts(device, repeats: int):
-    config = RAVLConfig()
-    agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), config, device)
-    model = GaussianEnsembleDynamics(OBS, ACT, config.dynamics).to(device)
+    agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), RAVLConfig(), device)
+    model = GaussianEnsembleDynamics(OBS, ACT, RAVL.published_generator().dynamics).to(device)
     rollouts = BranchedRollouts(model, never, RolloutConfig())
     buffer = TransitionBuffer(rollouts.buffer_capacity, OBS, ACT, device)
     starts_from = torch.randn(1_000_000, OBS, device=device)
     rng = torch.Generator(device=device).manual_seed(0)
 
     def call():
-        batch, _ = rollouts.generate(agent.rollout_policy, rollouts.sample_starts(starts_from, rng), rng)
+        batch, _ = rollouts.rollout(agent.policy, rollouts.sample_starts(starts_from, rng), rng)
         buffer.add(**batch)
         return len(batch["rewards"])
 
     transitions = call()
     small = BranchedRollouts(model, never, RolloutConfig(rollouts_per_epoch=1000))
-    flops = count_flops(lambda: small.generate(agent.rollout_policy, small.sample_starts(starts_from, rng), rng))
+    flops = count_flops(lambda: small.rollout(agent.policy, small.sample_starts(starts_from, rng), rng))
     times = timed(call, repeats, device)
     return transitions / statistics.median(times), flops / (1000 * 5)
 
@@ -198,19 +223,20 @@ def bench_upmpc_rollouts(device, repeats: int, starts: int = 5_000):
     """COPlanner's rollouts at its default planner settings; a fifth of the rollouts per call of the
     branched benchmark above, because each stored step costs K * H_p + 1 ensemble evaluations."""
     agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), RAVLConfig(), device)
-    rollout = dataclasses.replace(COPlannerConfig().rollout, rollouts_per_epoch=starts)
-    model = GaussianEnsembleDynamics(OBS, ACT, COPlannerConfig().dynamics).to(device)
+    published = COPlanner.published_generator()
+    rollout = dataclasses.replace(published.rollout, rollouts_per_epoch=starts)
+    model = GaussianEnsembleDynamics(OBS, ACT, published.dynamics).to(device)
     rollouts = BranchedRollouts(model, never, rollout)
     starts_from = torch.randn(100_000, OBS, device=device)
     rng = torch.Generator(device=device).manual_seed(0)
 
     def call():
-        batch, _ = rollouts.generate(agent.rollout_policy, rollouts.sample_starts(starts_from, rng), rng)
+        batch, _ = rollouts.rollout(agent.policy, rollouts.sample_starts(starts_from, rng), rng)
         return len(batch["rewards"])
 
     transitions = call()
     small = BranchedRollouts(model, never, dataclasses.replace(rollout, rollouts_per_epoch=200))
-    flops = count_flops(lambda: small.generate(agent.rollout_policy, small.sample_starts(starts_from, rng), rng))
+    flops = count_flops(lambda: small.rollout(agent.policy, small.sample_starts(starts_from, rng), rng))
     times = timed(call, repeats, device)
     model_rows = rollout.upmpc.candidates * rollout.upmpc.horizon + 1
     return transitions / statistics.median(times), flops / (200 * rollout.horizon), model_rows
@@ -236,6 +262,8 @@ def main() -> None:
     if device.type == "cuda":  # by default updates and dynamics batches replay CUDA graphs; eager for comparison
         eager_updates, _ = bench_updates(device, args.repeats, config=RAVLConfig(cuda_graph=False))
         _, eager_batch_samples, _ = bench_dynamics(device, 1, cuda_graph=False)
+    td3bc, td3bc_flops = bench_model_free_updates(TD3BC, device, args.repeats)
+    iql, iql_flops = bench_model_free_updates(IQL, device, args.repeats)
     samples, batch_samples, sample_flops = bench_dynamics(device, max(1, args.repeats // 2))
     transitions, transition_flops = bench_rollouts(device, max(1, args.repeats // 2))
     planned, planned_flops, model_rows = bench_upmpc_rollouts(device, max(1, args.repeats // 2))
@@ -252,6 +280,8 @@ def main() -> None:
         ("RAVL updates/s", updates, update_flops, "GFLOP/update", 1e9, 10.9),
         *([("  without CUDA graph", eager_updates, update_flops, "GFLOP/update", 1e9, None)]
           if device.type == "cuda" else []),
+        ("TD3+BC updates/s", td3bc, td3bc_flops, "GFLOP/update", 1e9, None),
+        ("IQL updates/s", iql, iql_flops, "GFLOP/update", 1e9, None),
         ("dynamics samples/s", samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
         ("  batch loop alone", batch_samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
         *([("  without CUDA graph", eager_batch_samples, sample_flops, "MFLOP/sample", 1e6, None)]

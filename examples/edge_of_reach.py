@@ -31,8 +31,8 @@ def main(argv: list[str]) -> None:
     rows = []
     for algo, true_dynamics in RUNS:
         model = "true" if true_dynamics else "learned"
-        cfg = compose(CONFIGS, "train", [f"algo={algo}", f"algo.true_dynamics={str(true_dynamics).lower()}",
-                                         "algo.rollout.uncertainty=true", f"trainer.run_dir={out / f'{algo}-{model}'}",
+        cfg = compose(CONFIGS, "train", [f"algo={algo}", f"generator.true_dynamics={str(true_dynamics).lower()}",
+                                         "generator.rollout.uncertainty=true", f"trainer.run_dir={out / f'{algo}-{model}'}",
                                          *overrides])
         trainer = build_trainer(cfg)
         summary = trainer.train()

@@ -1,7 +1,8 @@
-"""Train an agent: `python examples/train.py algo=ravl env=hopper [budget=quick] [setting=value ...]`.
+"""Train an agent: `python examples/train.py algo=ravl env=hopper [generator=NAME] [budget=quick] [setting=value ...]`.
 
 Trains on the env's default dataset (bundled hopper-medium for hopper) unless ``env.dataset=`` names
-another (a bundled name, a D4RL .hdf5 file or a Minari id). Writes TensorBoard logs, metrics.jsonl
+another (a bundled name, a D4RL .hdf5 file or a Minari id), with the algorithm's published generator
+unless ``generator=`` names another (``none``, ``rollouts``, or another algorithm's: configs/generator/). Writes TensorBoard logs, metrics.jsonl
 and checkpoint.pt to ``trainer.run_dir``; ``resume=true`` continues a stopped run. Settings:
 configs/train.yaml.
 """

@@ -23,5 +23,16 @@ from mbrl_offline.data import (  # noqa: E402
 )
 from mbrl_offline.errors import ConfigError, DatasetError, MbrlOfflineError  # noqa: E402
 
-__all__ = ["__version__", "load_dataset", "bundled_datasets", "OfflineDataset", "get_env_info", "ENVS",
+
+
+def __getattr__(name: str):
+    """``build_run`` (`mbrl_offline.compose`), loaded on first use: the agents and torch load with it."""
+    if name == "build_run":
+        from mbrl_offline.compose import build_run
+
+        return build_run
+    raise AttributeError(f"module 'mbrl_offline' has no attribute '{name}'")
+
+
+__all__ = ["__version__", "build_run", "load_dataset", "bundled_datasets", "OfflineDataset", "get_env_info", "ENVS",
            "write_d4rl_hdf5", "write_minari", "MbrlOfflineError", "DatasetError", "ConfigError"]

@@ -35,23 +35,66 @@ def cli_main(fn: F) -> F:
 
 def register_config_defaults() -> None:
     """Put every config dataclass's defaults in Hydra's config store, so the YAML files extend them
-    (``trainer: defaults``, ``algo/ravl.yaml`` -> ``ravl_defaults``, ``sweep/*.yaml`` -> ``sweep_defaults``) instead of repeating them."""
+    (``trainer: defaults``, ``algo/ravl.yaml`` -> ``ravl_defaults``, ``generator/ravl.yaml`` -> RAVL's published
+    generator, ``generator/rollouts.yaml`` -> ``rollouts_defaults``, ``sweep/*.yaml`` -> ``sweep_defaults``)
+    instead of repeating them."""
     from hydra.core.config_store import ConfigStore
 
     from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.generators import GENERATORS
     from mbrl_offline.trainer import TrainerConfig
     from mbrl_offline.tune import SweepConfig
 
     store = ConfigStore.instance()
     store.store(group="trainer", name="defaults", node=config_to_dict(TrainerConfig()))
     store.store(group="sweep", name="sweep_defaults", node=config_to_dict(SweepConfig()))
-    for name, (_, config_cls) in ALGORITHMS.items():
+    for name, (agent_cls, config_cls) in ALGORITHMS.items():
         store.store(group="algo", name=f"{name}_defaults", node=config_to_dict(config_cls()))
+        store.store(group="generator", name=f"{name}_defaults", node=config_to_dict(agent_cls.published_generator()))
+    for kind, (config_cls, _) in GENERATORS.items():
+        store.store(group="generator", name=f"{kind}_defaults", node=config_to_dict(config_cls()))
 
 
 def compose(config_dir: str, config_name: str, overrides: list[str]):
     """Hydra's composition of ``config_name`` with command-line ``overrides``; every mistake in an
-    override (unknown group option or key, unparsable value) becomes one `ConfigError` line."""
+    override (unknown group option or key, unparsable value) becomes one `ConfigError` line.
+
+    A budget (``configs/budget/``) may hold settings for some runs only, under ``budget.when``:
+    ``"<key>=<value>": {settings}`` applies where the composed config has that value (e.g. the quick
+    budget's rollout count where ``generator.kind=rollouts``, its update count where
+    ``algo.name=td3bc``). They go in as overrides before the command line's, which win."""
+    cfg = _compose(config_dir, config_name, overrides)
+    extra = budget_overrides(cfg)
+    return _compose(config_dir, config_name, extra + list(overrides)) if extra else cfg
+
+
+def budget_overrides(cfg) -> list[str]:
+    """The ``key=value`` overrides that ``cfg.budget.when`` holds for this config (see `compose`)."""
+    import json
+
+    from omegaconf import OmegaConf
+
+    when = OmegaConf.select(cfg, "budget.when") or {}
+    found = []
+    for condition, settings in when.items():
+        key, sep, value = condition.partition("=")
+        if not sep:
+            raise ConfigError(f"budget.when key '{condition}' must read '<setting>=<value>'.")
+        if str(OmegaConf.select(cfg, key)) == value:
+            flat = OmegaConf.to_container(settings, resolve=True)
+
+            def walk(node, prefix):
+                for k, v in node.items():
+                    if isinstance(v, dict):
+                        walk(v, f"{prefix}{k}.")
+                    else:
+                        found.append(f"{prefix}{k}={json.dumps(v)}")
+
+            walk(flat, "")
+    return found
+
+
+def _compose(config_dir: str, config_name: str, overrides: list[str]):
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
@@ -80,7 +123,7 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
                 parent, _, leaf = key.rpartition(".")
                 node = OmegaConf.select(base, parent) if parent else base
                 valid = list(node.keys()) if OmegaConf.is_dict(node) else []
-                hint = did_you_mean(leaf, valid, prefix=f"{parent}." if parent else "")
+                hint = did_you_mean(leaf, valid, prefix=f"{parent}." if parent else "") or moved_setting_hint(key, base)
                 raise ConfigError(f"unknown setting '{key}'.{hint}"
                                   + (f" Valid: {', '.join(valid)}." if valid else "")) from None
             raise ConfigError(message) from None
@@ -88,11 +131,32 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
             raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None
 
 
+MOVED_TO_GENERATOR = {"rollout": "generator.rollout", "dynamics": "generator.dynamics",
+                      "true_dynamics": "generator.true_dynamics", "real_ratio": "generator.mixing.real_ratio"}
+
+
+def moved_setting_hint(key: str, cfg) -> str:
+    """Where a setting that is not in the config lives instead: the generator's settings left ``algo.*``
+    when generators became their own config group; ``generator=none`` has none."""
+    from omegaconf import OmegaConf
+
+    parts = key.split(".")
+    if parts[0] == "algo" and len(parts) > 1 and parts[1] in MOVED_TO_GENERATOR:
+        return (f" The generator's settings are under generator.*: write "
+                f"{'.'.join([MOVED_TO_GENERATOR[parts[1]], *parts[2:]])}.")
+    if parts[0] == "generator" and OmegaConf.select(cfg, "generator.kind") == "none":
+        return " This run has no generator (generator=none); name one (e.g. generator=rollouts) to set its settings."
+    return ""
+
+
 def resolve_train_config(cfg):
     """The parts of a composed ``train`` config, each checked: ``(agent class, algorithm config,
-    trainer config, env info)``. Raises `ConfigError` on any bad key or value."""
+    generator config, trainer config, env info)``. Raises `ConfigError` on any bad key or value, and on
+    a generator the agent cannot learn from."""
     from mbrl_offline.algorithms import get_algorithm
+    from mbrl_offline.compose import check_pair
     from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.generators import generator_config
     from mbrl_offline.trainer import TrainerConfig
 
     agent_cls, config_cls = get_algorithm(cfg.algo.name)
@@ -101,30 +165,32 @@ def resolve_train_config(cfg):
         raise ConfigError(f"that preset holds {preset_for} settings, not {cfg.algo.name}'s; "
                           f"use algo={preset_for} or a {cfg.algo.name}-... preset.")
     algo_config = config_to_dataclass(config_cls, {k: v for k, v in cfg.algo.items() if k != "name"}, "algo")
+    gen_config = generator_config(cfg.generator)
+    check_pair(agent_cls, gen_config)
     trainer_config = config_to_dataclass(TrainerConfig, cfg.trainer, "trainer")
-    return agent_cls, algo_config, trainer_config, get_env_info(cfg.env.name)
+    return agent_cls, algo_config, gen_config, trainer_config, get_env_info(cfg.env.name)
 
 
 def build_trainer(cfg, callbacks=None):
     """The `Trainer` that a composed ``train`` config describes (``examples/train.py``): the dataset,
-    the agent with its dynamics model (trained or from the cache) and the trainer settings."""
+    the agent, its generator with its model (trained or from the cache) and the trainer settings
+    (`mbrl_offline.build_run`)."""
     import torch
 
     from mbrl_offline import load_dataset
-    from mbrl_offline.trainer import Trainer
+    from mbrl_offline.compose import build_run
     from mbrl_offline.utils import keep_freed_memory
 
-    agent_cls, algo_config, trainer_config, env = resolve_train_config(cfg)
+    agent_cls, algo_config, gen_config, trainer_config, env = resolve_train_config(cfg)
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     if cfg.keep_freed_memory and torch.device(cfg.device).type == "cpu":
         keep_freed_memory()
     dataset = load_dataset(cfg.env.dataset or env.default_dataset, env=env.name)
     print(f"{agent_cls.__name__} on {dataset.source} ({len(dataset)} transitions, data score "
-          f"{dataset.summary()['normalized_score_mean']:.1f}); run folder {trainer_config.run_dir}", flush=True)
+          f"{dataset.summary()['normalized_score_mean']:.1f}), generator {gen_config.kind}; run folder "
+          f"{trainer_config.run_dir}", flush=True)
     if torch.device(cfg.device).type == "cpu" and (advice := mkl_avx512.advice()):
         print(advice, flush=True)
-    torch.manual_seed(trainer_config.seed)
-    agent = agent_cls.for_dataset(dataset, algo_config, cfg.device, dynamics_path=cfg.dynamics_path,
-                                  cache_dir=cfg.dynamics_cache, progress=trainer_config.progress)
-    return Trainer(agent, dataset, trainer_config, callbacks)
+    return build_run(agent_cls.name, dataset, algo_config, gen_config, trainer_config, cfg.device,
+                     cache_dir=cfg.dynamics_cache, dynamics_path=cfg.dynamics_path, callbacks=callbacks)

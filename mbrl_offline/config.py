@@ -102,3 +102,11 @@ def _type_name(hint) -> str:
     if typing.get_origin(hint) is typing.Union:
         return " or ".join("null" if arg is type(None) else _type_name(arg) for arg in typing.get_args(hint))
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
+
+
+def require_positive(config, *names: str, section: str = "algo") -> None:
+    """`ConfigError` naming the first of the integer settings ``names`` of ``config`` that is below 1."""
+    for name in names:
+        value = getattr(config, name)
+        if value < 1:
+            raise ConfigError(f"{section}.{name} must be at least 1, got {value}.")

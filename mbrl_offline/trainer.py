@@ -1,21 +1,23 @@
-"""The training loop shared by every agent: epochs of generate -> update -> evaluate.
+"""The training loop shared by every agent and generator: epochs of updates, with generation on the
+generator's schedule and evaluation on the trainer's.
 
-Per epoch: the agent's generator (if any) rolls out its current policy from dataset states into the
-synthetic buffer; ``updates_per_epoch`` gradient steps each draw a batch mixing real and synthetic
-data at the agent's ``real_ratio``; every ``eval_every`` epochs the deterministic policy is run in
-the real env; metrics go to TensorBoard and ``metrics.jsonl`` (``run.json`` describes the run); every
+The trainer composes the roles of `mbrl_offline.roles`: an *agent*, the *dataset*, an optional
+*generator* and the *mixing* rule (the generator's ``config.mixing``). It owns the schedule: the
+generator produces synthetic data from the agent's ``policy`` before the first update and then every
+``generator.config.every`` updates (0: only before the first), into a synthetic buffer of
+``generator.buffer_capacity`` rows; each of the ``updates_per_epoch`` updates of an epoch draws a
+batch from the real and the synthetic buffer by the mixing rule; every ``eval_every`` epochs the
+deterministic policy is run in the real env; metrics go to TensorBoard and ``metrics.jsonl``
+(``run.json`` describes the run, the generator's settings next to the agent's); every
 ``checkpoint_every`` epochs a checkpoint is written atomically to ``<run_dir>/checkpoint.pt``.
+Optionally the agent has ``on_epoch_end(epoch, total_epochs)`` for per-epoch schedules. Batches carry
+a bool ``synthetic`` field marking generated rows. `mbrl_offline.build_run` builds the parts from
+names and settings.
 
-An agent is anything with ``update(batch) -> dict of scalar tensors``, ``act(obs, deterministic)``,
-``rollout_policy(obs_tensor)``, ``state_dict``/``load_state_dict``, ``name``, ``config`` (a dataclass
-with ``batch_size``), ``real_ratio``, ``generator`` (None for model-free agents), ``device`` and the
-env's ``obs_dim``/``act_dim``/``action_low``/``action_high``; optionally ``on_epoch_end(epoch,
-total_epochs)`` for per-epoch schedules. Batches carry a bool ``synthetic`` field marking model rows.
-
-A checkpoint holds the agent (weights, optimisers, config), the generator's model, the synthetic
-buffer, every random-number state and the epoch, so ``resume=True`` continues exactly as if the run
-had not stopped (same device and thread count). The real buffer is rebuilt from the dataset, whose
-fingerprint must match.
+A checkpoint holds the agent (weights, optimisers, config), the generator's settings and state, the
+synthetic buffer, every random-number state and the epoch, so ``resume=True`` continues exactly as if
+the run had not stopped (same device and thread count). The real buffer is rebuilt from the dataset,
+whose fingerprint must match.
 """
 from __future__ import annotations
 
@@ -25,18 +27,19 @@ import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import torch
 
 from mbrl_offline import mkl_avx512
-from mbrl_offline.buffer import TransitionBuffer, sample_mixed
+from mbrl_offline.buffer import Mixing, MixingConfig, TransitionBuffer
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError, TrainingDiverged
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
+from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.utils import atomic_path, atomic_torch_save, progress_bar
 
 
@@ -60,16 +63,16 @@ class TrainerConfig:
 
 
 class Trainer:
-    """Trains ``agent`` on ``dataset`` (an `OfflineDataset` with an env). ``callbacks`` are objects with
-    an optional ``on_eval(trainer, epoch, result)`` method, called after each evaluation (Optuna
-    pruning raises from there)."""
+    """Trains ``agent`` on ``dataset`` (an `OfflineDataset` with an env) and, when a ``generator`` is
+    given, on its synthetic data. ``callbacks`` are objects with an optional ``on_eval(trainer, epoch,
+    result)`` method, called after each evaluation (Optuna pruning raises from there)."""
 
-    def __init__(self, agent: Any, dataset, config: TrainerConfig = TrainerConfig(),
-                 callbacks: Optional[list] = None):
+    def __init__(self, agent: Agent, dataset, config: TrainerConfig = TrainerConfig(),
+                 generator: Optional[Generator] = None, callbacks: Optional[list] = None):
         if dataset.env_name is None:
             raise DatasetError("the dataset names no env, so the policy cannot be evaluated; "
                                   "load it with an env (e.g. load_dataset(path, env='hopper')).")
-        self.agent, self.dataset, self.config = agent, dataset, config
+        self.agent, self.dataset, self.config, self.generator = agent, dataset, config, generator
         self.env = get_env_info(dataset.env_name)
         self.callbacks = list(callbacks or [])
         self.device = torch.device(agent.device)
@@ -77,8 +80,11 @@ class Trainer:
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
         self.real = TransitionBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
         self.real.add_dataset(dataset)
-        self.synthetic = (TransitionBuffer(agent.generator.buffer_capacity, dataset.obs_dim, dataset.act_dim,
-                                           self.device) if agent.generator is not None else None)
+        self.synthetic = (TransitionBuffer(generator.buffer_capacity, dataset.obs_dim, dataset.act_dim, self.device)
+                          if generator is not None else None)
+        self.mixing = Mixing(generator.config.mixing if generator is not None else MixingConfig(rule="fraction",
+                                                                                              real_ratio=1.0))
+        self.mixing.real_rows(agent.config.batch_size)  # a rule that cannot fill the agent's batch fails here
         self.rng = torch.Generator(device=self.device).manual_seed(config.seed)
         self.epoch = 0
         self.history: list[dict] = []  # evaluation results, one per evaluated epoch
@@ -133,28 +139,46 @@ class Trainer:
                 "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
                 "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
                 "trainer": asdict(self.config), "agent": asdict(self.agent.config),
+                "generator": self._generator_settings(),
                 "mkl_avx512": mkl_avx512.status()}, indent=2, default=str))
+
+    def _generator_settings(self) -> Optional[dict]:
+        return asdict(self.generator.config) if self.generator is not None else None
+
+    def _generate(self, record: dict) -> None:
+        """One generation into the synthetic buffer, from the agent's current policy."""
+        start = time.perf_counter()
+        n = len(self.real)
+        real = {key: value[:n] for key, value in self.real.data.items()}
+        rows, stats = self.generator.generate(self.agent.policy, real, self.rng)
+        self.synthetic.add(**rows)
+        elapsed = time.perf_counter() - start
+        record["rollout"] = stats  # with several generations in one epoch, the last one's
+        record["speed"]["rollout_transitions_per_s"] = stats["transitions"] / elapsed
+        record["speed"]["generations"] = record["speed"].get("generations", 0) + 1
+
+    def _due(self, step: int) -> bool:
+        """Whether the generator runs before update number ``step`` (counted from 0 over the run)."""
+        every = self.generator.config.every
+        return step == 0 if every == 0 else step % every == 0
 
     def _run_epoch(self, bar) -> dict:
         cfg, agent = self.config, self.agent
         record: dict[str, dict[str, float]] = {"speed": {}}
-        if agent.generator is not None:
-            start = time.perf_counter()
-            starts = agent.generator.sample_starts(self.real.data["observations"][:len(self.real)], self.rng)
-            transitions, stats = agent.generator.generate(agent.rollout_policy, starts, self.rng)
-            self.synthetic.add(**transitions)
-            elapsed = time.perf_counter() - start
-            record["rollout"] = stats
-            record["speed"]["rollout_transitions_per_s"] = stats["transitions"] / elapsed
-        start = time.perf_counter()
         sums: dict[str, torch.Tensor] = {}
-        for _ in range(cfg.updates_per_epoch):
-            batch = sample_mixed(self.real, self.synthetic, agent.config.batch_size, agent.real_ratio, self.rng)
+        update_seconds = 0.0
+        first = self.epoch * cfg.updates_per_epoch
+        for step in range(first, first + cfg.updates_per_epoch):
+            if self.generator is not None and self._due(step):
+                self._generate(record)
+            start = time.perf_counter()
+            batch = self.mixing.sample(self.real, self.synthetic, agent.config.batch_size, self.rng)
             for key, value in agent.update(batch).items():
                 sums[key] = sums[key] + value if key in sums else value
+            update_seconds += time.perf_counter() - start
             bar.update(1)
         record["train"] = {k: v.item() / cfg.updates_per_epoch for k, v in sums.items()}
-        record["speed"]["updates_per_s"] = cfg.updates_per_epoch / (time.perf_counter() - start)
+        record["speed"]["updates_per_s"] = cfg.updates_per_epoch / update_seconds
         return record
 
     def _check_divergence(self, metrics: dict[str, float]) -> None:
@@ -166,7 +190,7 @@ class Trainer:
                     else "no checkpoint was written yet")
             raise TrainingDiverged(
                 f"training diverged in epoch {self.epoch}: {bad[0]} = {metrics[bad[0]]:.4g}; {kept}. "
-                f"Try lower learning rates, a smaller horizon or more real data (real_ratio).")
+                f"Try lower learning rates, a smaller horizon or more real data (generator.mixing.real_ratio).")
 
     def evaluate(self, episodes: int) -> dict:
         """The deterministic policy in the real env; seeds depend on the run seed and the epoch only."""
@@ -189,7 +213,8 @@ class Trainer:
             "algorithm": agent.name,
             "env": self.env.name,
             "agent": agent.state_dict(),
-            "generator": agent.generator.state_dict() if agent.generator is not None else None,
+            "generator_config": self._generator_settings(),
+            "generator": self.generator.state_dict() if self.generator is not None else None,
             "synthetic_buffer": self.synthetic.state_dict() if self.synthetic is not None else None,
             "trainer_config": asdict(self.config),
             "dataset": {"source": self.dataset.source, "fingerprint": self.dataset.fingerprint()},
@@ -212,9 +237,15 @@ class Trainer:
             changed = sorted(k for k in saved_config if saved_config[k] != config.get(k))
             raise CheckpointError(f"{path} was trained with other algorithm settings ({', '.join(changed)}); "
                                   f"resume with the same settings or choose another run_dir.")
+        saved_generator, generator = state["generator_config"], self._generator_settings()
+        if saved_generator != generator:
+            changed = (sorted(k for k in saved_generator if saved_generator[k] != generator.get(k))
+                       if saved_generator and generator else ["generator"])
+            raise CheckpointError(f"{path} was trained with other generator settings ({', '.join(changed)}); "
+                                  f"resume with the same settings or choose another run_dir.")
         self.agent.load_state_dict(state["agent"])
-        if self.agent.generator is not None:
-            self.agent.generator.load_state_dict(state["generator"])
+        if self.generator is not None:
+            self.generator.load_state_dict(state["generator"])
             self.synthetic.load_state_dict(state["synthetic_buffer"])
         self.epoch, self.history = state["epoch"], state["history"]
         rng = state["rng"]

@@ -7,17 +7,22 @@ import torch
 from mbrl_offline import load_dataset
 from mbrl_offline.algorithms import ALGORITHMS, MOBILE, MOBILEConfig, MOPO, COPlanner, COPlannerConfig, MOPOConfig, RAVL
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.generators import RolloutConfig
-from mbrl_offline.data.termination import never
+from mbrl_offline.buffer import MixingConfig
+from mbrl_offline.generators import build_generator
 from mbrl_offline.models.true_dynamics import TrueDynamics
 from tests.test_rollouts import constant_model
 
 
 def test_every_agent_is_registered_under_its_config_name():
     assert set(ALGORITHMS) == {"ravl", "mopo", "mobile", "coplanner", "td3bc", "iql"}
-    assert MOPOConfig().rollout.penalty == "aleatoric" and MOPOConfig().num_critics == 2
-    assert COPlannerConfig().rollout.planner == "upmpc" and COPlannerConfig().rollout.upmpc.candidates == 5
-    assert MOBILEConfig().deterministic_backup and MOBILEConfig().rollout.penalty == "none"
+    assert MOPO.published_generator().rollout.penalty == "aleatoric" and MOPOConfig().num_critics == 2
+    assert COPlanner.published_generator().rollout.planner == "upmpc"
+    assert COPlanner.published_generator().rollout.upmpc.candidates == 5
+    assert MOBILEConfig().deterministic_backup and MOBILE.published_generator().rollout.penalty == "none"
+    assert MOBILE.published_generator().rollout.horizon == 1 and MOBILE.published_generator().dynamics.max_epochs == 30
+    for generator in (RAVL, MOPO, MOBILE, COPlanner):  # one generation per 1000 updates, 5% real rows
+        published = generator.published_generator()
+        assert (published.every, published.mixing.rule, published.mixing.real_ratio) == (1000, "fraction", 0.05)
 
 
 class FirstCoordinateCritic(torch.nn.Module):
@@ -29,9 +34,8 @@ class FirstCoordinateCritic(torch.nn.Module):
 
 def mobile_agent(**settings):
     model = constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2))  # deltas +1 and +3 per elite
-    config = MOBILEConfig(**{"hidden_size": 16, "target_floor": None,
-                             "rollout": RolloutConfig(horizon=1, rollouts_per_epoch=8), **settings})
-    agent = MOBILE(3, 1, [-1.0], [1.0], config, dynamics=model, termination_fn=never)
+    config = MOBILEConfig(**{"hidden_size": 16, "target_floor": None, **settings})
+    agent = MOBILE(3, 1, [-1.0], [1.0], config, dynamics=model)
     agent.target_critic = FirstCoordinateCritic()
     return agent
 
@@ -51,8 +55,7 @@ def test_mobile_penalises_the_targets_of_model_rows_only():
 
 
 def test_mobile_penalty_vanishes_under_the_true_dynamics():
-    agent = MOBILE(3, 1, [-2.0], [2.0], MOBILEConfig(hidden_size=16), dynamics=TrueDynamics("pendulum"),
-                   termination_fn=never)
+    agent = MOBILE(3, 1, [-2.0], [2.0], MOBILEConfig(hidden_size=16), dynamics=TrueDynamics("pendulum"))
     obs = torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, -1.0]])
     assert (agent.bellman_uncertainty(obs, torch.zeros(2, 1)) == 0).all()
 
@@ -70,10 +73,11 @@ def test_actor_learning_rate_follows_the_cosine_schedule():
 
 def test_true_dynamics_replace_the_learned_model_by_config(tmp_path):
     data = load_dataset("pendulum-medium").subset(range(500))
-    config = dataclasses.replace(COPlannerConfig(hidden_size=16), true_dynamics=True)
-    agent = COPlanner.for_dataset(data, config, cache_dir=tmp_path, progress=False)
-    assert isinstance(agent.dynamics, TrueDynamics) and not any(tmp_path.iterdir())  # nothing trained
-    batch, stats = agent.generator.generate(agent.rollout_policy, torch.as_tensor(data.observations[:20]))
+    config = dataclasses.replace(COPlanner.published_generator(), true_dynamics=True)
+    generator = build_generator(config, data, cache_dir=tmp_path, progress=False)
+    assert isinstance(generator.dynamics, TrueDynamics) and not any(tmp_path.iterdir())  # nothing trained
+    agent = COPlanner.for_dataset(data, COPlannerConfig(hidden_size=16))
+    batch, stats = generator.rollouts.rollout(agent.policy, torch.as_tensor(data.observations[:20]))
     assert len(batch["rewards"]) == 100 and stats["aleatoric_mean"] == 0.0
 
 
@@ -81,4 +85,4 @@ def test_bad_agent_settings_are_rejected():
     with pytest.raises(ConfigError, match="penalty_coef"):
         MOBILEConfig(penalty_coef=-1.0)
     with pytest.raises(ConfigError, match="real_ratio"):
-        MOPOConfig(real_ratio=1.5)
+        MixingConfig(real_ratio=1.5)

@@ -269,10 +269,10 @@ def test_mopo_mobile_coplanner_train_offlinerlkits_dynamics_recipe_and_ravl_its_
     from mbrl_offline.models.dynamics import dynamics_recipe
     expected = DynamicsConfig(**OFFLINERLKIT_DYNAMICS)
     assert dynamics_recipe("offlinerlkit") == expected
-    assert MOPO.config_class().dynamics == expected
-    assert COPlanner.config_class().dynamics == expected
-    assert MOBILE.config_class().dynamics == dataclasses.replace(expected, max_epochs=30)  # --dynamics-max-epochs
-    ravl = RAVL.config_class().dynamics
+    assert MOPO.published_generator().dynamics == expected
+    assert COPlanner.published_generator().dynamics == expected
+    assert MOBILE.published_generator().dynamics == dataclasses.replace(expected, max_epochs=30)  # --dynamics-max-epochs
+    ravl = RAVL.published_generator().dynamics
     # The official RAVL code: Ensemble.max_logvar/min_logvar shared, reinitialize_fc_layer_ cuts at ±2 std,
     # MeanStdevFilter clips at 10, min_epochs 350, a 20% validation split.
     assert ravl == dynamics_recipe("ravl") == DynamicsConfig(min_epochs=350)

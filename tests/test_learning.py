@@ -24,10 +24,12 @@ import dataclasses
 import pytest
 import torch
 
-from mbrl_offline import load_dataset
+from mbrl_offline import build_run, load_dataset
 from mbrl_offline.algorithms import MOBILE, MOPO, RAVL, COPlanner
 from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
-from mbrl_offline.trainer import Trainer, TrainerConfig
+from mbrl_offline.trainer import TrainerConfig
+
+pytestmark = pytest.mark.slow
 
 # The model the seed table in the README was measured with: the library's default before the dynamics
 # recipes (one pair of log-variance bounds per member, an uncut init normal). With the recipes'
@@ -44,24 +46,29 @@ def data():
 @pytest.fixture(scope="module")
 def model_cache(data, tmp_path_factory):
     cache = tmp_path_factory.mktemp("dynamics")
-    torch.manual_seed(0)  # as each agent's for_dataset would before training it
+    torch.manual_seed(0)  # as build_run does before it builds the generator
     load_or_fit_dynamics(data, DYNAMICS, cache, progress=False)
     return cache
 
 
-def small(agent_cls, **settings):
-    base = agent_cls.config_class()
-    rollout = dataclasses.replace(base.rollout, rollouts_per_epoch=1000, **settings.pop("rollout", {}))
-    return dataclasses.replace(base, hidden_size=128, hidden_layers=2, gamma=0.95, rollout=rollout,
-                               dynamics=DYNAMICS, **settings)
+def small(agent_cls, rollout=None, **settings):
+    """The agent's config and its published generator at the small scale: one generation of 1000
+    rollouts per epoch of 250 updates."""
+    generator = agent_cls.published_generator()
+    generator = dataclasses.replace(
+        generator, every=250, dynamics=DYNAMICS,
+        rollout=dataclasses.replace(generator.rollout, rollouts_per_epoch=1000, **(rollout or {})))
+    config = dataclasses.replace(agent_cls.config_class(), hidden_size=128, hidden_layers=2, gamma=0.95, **settings)
+    return config, generator
 
 
-def assert_beats_the_data(agent_cls, config, data, model_cache, tmp_path, device="cpu"):
+def assert_beats_the_data(agent_cls, configs, data, model_cache, tmp_path, device="cpu"):
     data_score = data.summary()["normalized_score_mean"]
-    torch.manual_seed(0)
-    agent = agent_cls.for_dataset(data, config, device, cache_dir=model_cache, progress=False)
-    trainer = Trainer(agent, data, TrainerConfig(epochs=60, updates_per_epoch=250, eval_every=4, eval_episodes=10,
-                                                 run_dir=str(tmp_path / "run"), progress=False, tensorboard=False))
+    config, generator = configs
+    trainer = build_run(agent_cls.name, data, config, generator,
+                        TrainerConfig(epochs=60, updates_per_epoch=250, eval_every=4, eval_episodes=10,
+                                      run_dir=str(tmp_path / "run"), progress=False, tensorboard=False),
+                        device, cache_dir=model_cache)
     trainer.train()
     scores = [h["normalized_score"] for h in trainer.history]
     final = sum(scores[-3:]) / 3  # the last three evaluations, so one lucky or unlucky one cannot decide

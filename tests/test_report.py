@@ -88,8 +88,8 @@ def test_sweep_report(tmp_path):
 
 def test_report_command_on_real_runs_and_bad_paths(tmp_path):
     env = {**os.environ, "MBRL_OFFLINE_CACHE": str(tmp_path / "cache")}
-    tiny = ["env=pendulum", "algo.num_critics=2", "algo.hidden_size=16", "algo.rollout.rollouts_per_epoch=32",
-            "algo.dynamics.hidden_size=16", "algo.dynamics.max_epochs=2", "algo.dynamics.min_epochs=0",
+    tiny = ["env=pendulum", "algo.num_critics=2", "algo.hidden_size=16", "generator.rollout.rollouts_per_epoch=32",
+            "generator.dynamics.hidden_size=16", "generator.dynamics.max_epochs=2", "generator.dynamics.min_epochs=0", "generator.every=5",
             "trainer.epochs=3", "trainer.updates_per_epoch=5", "trainer.eval_episodes=1", "trainer.progress=false",
             "torch_threads=1"]
     for seed in (0, 1):

@@ -1,10 +1,13 @@
 """Model steps, branched rollouts and the real/synthetic batch mix."""
+import pytest
 import torch
 
-from mbrl_offline.buffer import TransitionBuffer, sample_mixed
+from mbrl_offline.buffer import Mixing, MixingConfig, TransitionBuffer
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
 from mbrl_offline.data.termination import hopper, never
+from mbrl_offline.errors import ConfigError
+from mbrl_offline.roles import FunctionPolicy
 
 
 def constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2)):
@@ -49,12 +52,12 @@ def test_rollouts_run_horizon_steps_and_stop_at_terminals(device):
     starts[:50, 1] = -1.0  # ... angle becomes 0 after one step, 1 after two: terminal at step 2
     starts[50:, 0] = -5.0  # height -4 after one step: terminal at step 1
     rollouts = BranchedRollouts(model, hopper, RolloutConfig(horizon=5, rollouts_per_epoch=100))
-    batch, stats = rollouts.generate(policy, starts)
+    batch, stats = rollouts.rollout(FunctionPolicy(policy), starts)
     assert len(batch["rewards"]) == 50 * 2 + 50 * 1 and stats["terminated_fraction"] == 1.0
     assert batch["terminals"].sum() == 100 and not batch["timeouts"].any()
 
     free = BranchedRollouts(model, never, RolloutConfig(horizon=5, rollouts_per_epoch=100))
-    batch, stats = free.generate(policy, starts)
+    batch, stats = free.rollout(FunctionPolicy(policy), starts)
     assert len(batch["rewards"]) == 500 and stats["mean_length"] == 5.0 and not batch["terminals"].any()
     torch.testing.assert_close(batch["next_observations"][400:], starts[:100] + 5, atol=1e-4, rtol=0)
 
@@ -64,7 +67,8 @@ def test_non_finite_model_predictions_are_dropped():
     with torch.no_grad():
         model.head.bias[0, 0, 0] = float("nan")
     rollouts = BranchedRollouts(model, never, RolloutConfig(horizon=3, rollouts_per_epoch=1000))
-    batch, _ = rollouts.generate(lambda obs: torch.zeros(len(obs), 1), torch.zeros(1000, 3), torch.Generator().manual_seed(0))
+    batch, _ = rollouts.rollout(FunctionPolicy(lambda obs: torch.zeros(len(obs), 1)), torch.zeros(1000, 3),
+                                torch.Generator().manual_seed(0))
     assert torch.isfinite(batch["next_observations"]).all() and 0 < len(batch["rewards"]) < 1500
 
 
@@ -84,11 +88,25 @@ def fill(buffer: TransitionBuffer, reward: float, n: int) -> None:
 def test_mixed_batches_take_the_real_ratio_from_real_data(device):
     real, synthetic = TransitionBuffer(100, 2, 1, device), TransitionBuffer(100, 2, 1, device)
     fill(real, 1.0, 100)
-    assert (sample_mixed(real, synthetic, 256, 0.05)["rewards"] == 1).all()  # nothing synthetic yet: all real
+    mixing = Mixing(MixingConfig(rule="fraction", real_ratio=0.05))
+    assert (mixing.sample(real, synthetic, 256)["rewards"] == 1).all()  # nothing synthetic yet: all real
     fill(synthetic, -1.0, 100)
-    batch = sample_mixed(real, synthetic, 256, 0.05, torch.Generator(device).manual_seed(0))
+    batch = mixing.sample(real, synthetic, 256, torch.Generator(device).manual_seed(0))
     assert batch["rewards"].device.type == device
     assert (batch["rewards"] == 1).sum() == 12 and (batch["rewards"] == -1).sum() == 244  # int(0.05 * 256) as RAVL
     assert torch.equal(batch["synthetic"], batch["rewards"] == -1)  # MOBILE penalises these rows only
-    only_synthetic = sample_mixed(real, synthetic, 64, 0.0)
+    only_synthetic = Mixing(MixingConfig(real_ratio=0.0)).sample(real, synthetic, 64)
     assert (only_synthetic["rewards"] == -1).all() and only_synthetic["synthetic"].all()
+    assert (Mixing(MixingConfig(real_ratio=1.0)).sample(real, synthetic, 64)["rewards"] == 1).all()
+
+
+def test_fixed_counts_mixing_takes_the_same_rows_every_batch(device):
+    """Policy-guided diffusion's rule: 16 real and 240 synthetic rows, whatever the buffers' sizes."""
+    real, synthetic = TransitionBuffer(10, 2, 1, device), TransitionBuffer(1000, 2, 1, device)
+    fill(real, 1.0, 10)
+    fill(synthetic, -1.0, 1000)
+    batch = Mixing(MixingConfig(rule="counts", real_rows=16)).sample(real, synthetic, 256)
+    assert (batch["rewards"][:16] == 1).all() and (batch["rewards"][16:] == -1).all() and len(batch["rewards"]) == 256
+    assert int(batch["synthetic"].sum()) == 240
+    with pytest.raises(ConfigError, match="mixing.real_rows = 300 is more than the batch of 256"):
+        Mixing(MixingConfig(rule="counts", real_rows=300)).sample(real, synthetic, 256)

@@ -1,16 +1,16 @@
 """TD3+BC and IQL: each loss against its formula written out independently (CORL's), the update
-schedule, the dataset's normalisation, state round trips and exact resume through the trainer."""
+schedule, the dataset's normalisation and state round trips (exact resume and load_policy: the
+agent contract, tests/test_agent_contract.py)."""
 import copy
 
 import numpy as np
 import pytest
 import torch
 
-from mbrl_offline import load_dataset
-from mbrl_offline.algorithms import IQL, TD3BC, IQLConfig, TD3BCConfig, load_policy
+from mbrl_offline import build_run, load_dataset
+from mbrl_offline.algorithms import IQL, TD3BC, IQLConfig, TD3BCConfig
 from mbrl_offline.algorithms.iql import expectile_loss
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.trainer import Trainer, TrainerConfig
 
 
 @pytest.fixture(scope="module")
@@ -178,43 +178,6 @@ def test_iql_settings_are_checked(data):
 
 # ------------------------------------------------------------------------------------------- both
 @pytest.mark.parametrize("agent_cls", [TD3BC, IQL])
-def test_exact_resume_and_load_policy(agent_cls, data, tmp_path):
-    config = agent_cls.config_class(hidden_size=16, batch_size=32)
-
-    class Interrupt(Exception):
-        pass
-
-    class StopAtEpoch2:  # the run is killed after epoch 2's checkpoint (IQL's cosine needs the real total)
-        def on_eval(self, trainer, epoch, result):
-            if epoch == 2:
-                raise Interrupt
-
-    def trainer(run_dir, callbacks=()):
-        torch.manual_seed(0)
-        agent = agent_cls.for_dataset(data, config)
-        return Trainer(agent, data, TrainerConfig(epochs=4, updates_per_epoch=15, eval_every=2, eval_episodes=1,
-                                                  checkpoint_every=1, run_dir=str(run_dir), progress=False,
-                                                  tensorboard=False), callbacks=list(callbacks))
-
-    straight = trainer(tmp_path / "straight")
-    straight.train()
-    with pytest.raises(Interrupt):
-        trainer(tmp_path / "resumed", [StopAtEpoch2()]).train()
-    resumed = trainer(tmp_path / "resumed")
-    resumed.train(resume=True)
-    for a, b in zip(straight.agent.actor.parameters(), resumed.agent.actor.parameters()):
-        assert torch.equal(a, b)
-    for a, b in zip(straight.agent.critic.parameters(), resumed.agent.critic.parameters()):
-        assert torch.equal(a, b)
-
-    loaded, state = load_policy(tmp_path / "straight" / "checkpoint.pt")
-    assert isinstance(loaded, agent_cls) and state["algorithm"] == agent_cls.name
-    obs = data.observations[:5]
-    assert np.array_equal(loaded.act(obs), straight.agent.act(obs))
-    assert torch.equal(loaded.normalise.std, straight.agent.normalise.std)
-
-
-@pytest.mark.parametrize("agent_cls", [TD3BC, IQL])
-def test_model_free_agents_refuse_a_dynamics_model(agent_cls, data):
-    with pytest.raises(ConfigError, match="no dynamics model"):
-        agent_cls.for_dataset(data, dynamics_path="model.pt")
+def test_without_a_generator_a_dynamics_model_is_refused(agent_cls, data):
+    with pytest.raises(ConfigError, match="generator=none uses no dynamics model; leave dynamics_path unset"):
+        build_run(agent_cls.name, data, dynamics_path="model.pt")

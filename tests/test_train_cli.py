@@ -1,4 +1,5 @@
 """`examples/train.py` and `examples/evaluate.py`: a tiny run end to end, and one error line per mistake."""
+import json
 import os
 import subprocess
 import sys
@@ -7,10 +8,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["env=pendulum", "algo.num_critics=2", "algo.hidden_size=16", "algo.rollout.rollouts_per_epoch=32",
-        "algo.dynamics.hidden_size=16", "algo.dynamics.max_epochs=2", "algo.dynamics.min_epochs=0",
-        "trainer.epochs=2", "trainer.updates_per_epoch=5", "trainer.eval_episodes=1", "trainer.progress=false",
-        "torch_threads=1"]
+RUN_TINY = ["env=pendulum", "trainer.epochs=2", "trainer.updates_per_epoch=5", "trainer.eval_episodes=1",
+            "trainer.progress=false", "torch_threads=1"]
+ROLLOUTS_TINY = ["generator.rollout.rollouts_per_epoch=32", "generator.dynamics.hidden_size=16",
+                 "generator.dynamics.max_epochs=2", "generator.dynamics.min_epochs=0", "generator.every=5"]
+TINY = RUN_TINY + ["algo.num_critics=2", "algo.hidden_size=16"] + ROLLOUTS_TINY
 
 
 def run(script, *overrides, tmp_path):
@@ -42,20 +44,32 @@ def test_train_then_evaluate(tmp_path, device):
     ("env=hoper", "error: unknown env 'hoper'. Did you mean 'hopper'? Known: ant, halfcheetah, hopper,"),
     ("algo.etta=1", "error: unknown setting 'algo.etta'. Did you mean 'algo.eta'? Valid: num_critics, eta,"),
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
-    ("algo.rollout.horizon=[1", "error: cannot parse the override: no viable alternative at input '[1'"),
+    ("generator.rollout.horizon=[1", "error: cannot parse the override: no viable alternative at input '[1'"),
     ("budget=slow", "error: unknown budget 'slow'. Known: paper, quick."),
     ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac."),
-    ("algo.real_ratio=1.5", "error: real_ratio must be between 0 and 1, got 1.5."),
-    ("algo.rollout.horizon=0", "error: rollout.horizon must be at least 1, got 0."),
-    ("algo.dynamics.num_elites=9", "error: num_elites must be in 1..ensemble_size (7), got 9."),
+    ("generator.mixing.real_ratio=1.5", "error: mixing.real_ratio must be between 0 and 1, got 1.5."),
+    ("generator.mixing.rule=half", "error: unknown mixing rule 'half'; choose one of fraction, counts."),
+    ("generator.rollout.horizon=0", "error: rollout.horizon must be at least 1, got 0."),
+    ("generator.dynamics.num_elites=9", "error: num_elites must be in 1..ensemble_size (7), got 9."),
+    ("generator.every=-1", "error: generator.every must be >= 0 (0: generate once), got -1."),
+    ("algo.rollout.horizon=3", "error: unknown setting 'algo.rollout.horizon'. The generator's settings are under "
+                               "generator.*: write generator.rollout.horizon."),  # they moved out of algo
+    ("algo.real_ratio=0.5", "error: unknown setting 'algo.real_ratio'. The generator's settings are under generator.*: "
+                            "write generator.mixing.real_ratio."),
+    ("generator=rolouts", "error: unknown generator 'rolouts'. Did you mean 'rollouts'?"),
+    ("algo=mobile generator=none", "error: mobile's penalty needs the generator's dynamics model, and generator 'none' has "
+                                   "none; use generator=rollouts, or leave generator unset for mobile's own."),
+    ("algo=td3bc generator.rollout.horizon=3", "error: unknown setting 'generator.rollout.horizon'. This run has no "
+                                               "generator (generator=none); name one (e.g. generator=rollouts) to set "
+                                               "its settings."),
     ("trainer.eval_every=0", "error: trainer.eval_every must be at least 1, got 0."),
     ("preset=mopo-hopper-medium", "error: that preset holds mopo settings, not ravl's; use algo=mopo or a ravl-"),
     ("preset=mopo-hoper-medium", "error: unknown preset 'mopo-hoper-medium'. Did you mean 'mopo-hopper-medium'?"),
-    ("algo.rollout.penalty=mopo", "error: unknown rollout.penalty 'mopo'; choose one of none, aleatoric,"),
-    ("algo.rollout.planner=cem", "error: unknown rollout.planner 'cem'; choose one of policy, upmpc."),
+    ("generator.rollout.penalty=mopo", "error: unknown rollout.penalty 'mopo'; choose one of none, aleatoric,"),
+    ("generator.rollout.planner=cem", "error: unknown rollout.planner 'cem'; choose one of policy, upmpc."),
 ])
 def test_bad_overrides_give_one_error_line(tmp_path, override, message):
-    result = run("train.py", override, f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
+    result = run("train.py", *override.split(), f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), result.stderr
     assert not (tmp_path / "run").exists()
@@ -71,16 +85,50 @@ def test_evaluate_reports_a_missing_or_broken_checkpoint(tmp_path):
     assert junk.stderr.startswith(f"error: {tmp_path / 'junk.pt'} is not a readable checkpoint")
 
 
-@pytest.mark.parametrize("algo, extra", [
-    ("mopo", ["preset=mopo-hopper-medium"]),  # a published preset on another env: it only sets h and lambda
-    ("mobile", ["algo.target_floor=null"]),
-    ("coplanner", ["algo.rollout.upmpc.candidates=2", "algo.rollout.upmpc.horizon=2"]),
-    ("ravl", ["algo.true_dynamics=true", "algo.rollout.planner=upmpc"]),  # any generator with any agent
+SAC_TINY = ["algo.num_critics=2", "algo.hidden_size=16"]
+
+
+@pytest.mark.parametrize("algo, extra, generator", [
+    ("mopo", SAC_TINY + ROLLOUTS_TINY + ["preset=mopo-hopper-medium"], "rollouts"),  # a published preset on another env: it only sets h and lambda
+    ("mobile", SAC_TINY + ROLLOUTS_TINY + ["algo.target_floor=null"], "rollouts"),
+    ("coplanner", SAC_TINY + ROLLOUTS_TINY + ["generator.rollout.upmpc.candidates=2", "generator.rollout.upmpc.horizon=2"],
+     "rollouts"),
+    ("ravl", SAC_TINY + ROLLOUTS_TINY + ["generator.true_dynamics=true", "generator.rollout.planner=upmpc"], "rollouts"),
+    ("ravl", SAC_TINY + ["generator=none"], "none"),  # RAVL's learner on the dataset alone
+    ("td3bc", ["algo.hidden_size=16"], "none"),
+    ("iql", ["algo.hidden_size=16", "generator=rollouts"] + ROLLOUTS_TINY, "rollouts"),  # any generator with any agent
+    ("td3bc", ["algo.hidden_size=16", "generator=ravl"] + ROLLOUTS_TINY, "rollouts"),  # another algorithm's generator
 ])
-def test_every_algo_trains_and_evaluates_from_the_command_line(tmp_path, algo, extra, device):
-    result = run("train.py", f"algo={algo}", *TINY, *extra, f"device={device}", f"trainer.run_dir={tmp_path / 'run'}",
+def test_every_algo_trains_and_evaluates_from_the_command_line(tmp_path, algo, extra, generator, device):
+    result = run("train.py", f"algo={algo}", *RUN_TINY, *extra, f"device={device}", f"trainer.run_dir={tmp_path / 'run'}",
                  tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "final normalised score" in result.stdout
+    assert f"generator {generator};" in result.stdout and "final normalised score" in result.stdout
+    run_info = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (run_info["generator"] or {"kind": "none"})["kind"] == generator
     evaluated = run("evaluate.py", f"checkpoint={tmp_path / 'run' / 'checkpoint.pt'}", "episodes=1", tmp_path=tmp_path)
     assert evaluated.returncode == 0 and f"{algo} on Pendulum-v1, epoch 2" in evaluated.stdout, evaluated.stderr
+
+
+def test_budgets_set_each_run_what_fits_it_and_the_command_line_wins():
+    """``budget.when``: the quick budget's rollout settings reach runs with a rollout generator only,
+    its update count the model-free agents only; an explicit setting beats the budget's."""
+    from mbrl_offline.cli import compose, resolve_train_config
+
+    def parts(*overrides):
+        _, _, generator, trainer, _ = resolve_train_config(compose(ROOT / "configs", "train", list(overrides)))
+        return generator, trainer
+
+    generator, trainer = parts("algo=ravl", "budget=quick")
+    assert (generator.every, generator.rollout.rollouts_per_epoch, generator.dynamics.max_epochs) == (250, 5000, 20)
+    assert (trainer.epochs, trainer.updates_per_epoch) == (20, 250)
+    generator, trainer = parts("algo=td3bc", "budget=quick")
+    assert generator.kind == "none" and (trainer.epochs, trainer.updates_per_epoch) == (40, 1000)
+    generator, trainer = parts("algo=iql", "generator=rollouts", "budget=quick")
+    assert (generator.every, generator.rollout.rollouts_per_epoch, trainer.epochs) == (250, 5000, 40)
+    generator, trainer = parts("algo=ravl", "budget=quick", "generator.every=7", "trainer.epochs=3")
+    assert (generator.every, trainer.epochs) == (7, 3)
+    generator, trainer = parts("algo=td3bc")  # the paper budget: 1M updates for TD3+BC, 3M for RAVL
+    assert trainer.epochs * trainer.updates_per_epoch == 1_000_000
+    generator, trainer = parts("algo=ravl")
+    assert trainer.epochs * trainer.updates_per_epoch == 3_000_000 and generator.every == 1000

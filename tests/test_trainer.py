@@ -1,22 +1,28 @@
 """The shared trainer: exact resume, checkpoints, the divergence guard and logs."""
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import torch
 
-from mbrl_offline import load_dataset, mkl_avx512
-from mbrl_offline.algorithms import RAVL, RAVLConfig, load_policy
+from mbrl_offline import build_run, load_dataset, mkl_avx512
+from mbrl_offline.algorithms import RAVLConfig, load_policy
+from mbrl_offline.buffer import MixingConfig
+from mbrl_offline.checkpoint import read_checkpoint
 from mbrl_offline.errors import CheckpointError, TrainingDiverged
-from mbrl_offline.generators import RolloutConfig
+from mbrl_offline.generators import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.logging import read_metrics
 from mbrl_offline.models.dynamics import DynamicsConfig
-from mbrl_offline.trainer import Trainer, TrainerConfig
+from mbrl_offline.trainer import TrainerConfig
+from mbrl_offline.utils import atomic_torch_save
 
-TINY = RAVLConfig(num_critics=3, hidden_size=16, hidden_layers=2, batch_size=32,
-                  rollout=RolloutConfig(horizon=2, rollouts_per_epoch=64, retain_epochs=2),
-                  dynamics=DynamicsConfig(ensemble_size=3, num_elites=2, hidden_size=16, hidden_layers=2,
-                                          weight_decay=(0.0, 0.0, 0.0), max_epochs=2))
+TINY = RAVLConfig(num_critics=3, hidden_size=16, hidden_layers=2, batch_size=32)
+TINY_ROLLOUTS = RolloutGeneratorConfig(
+    every=10, rollout=RolloutConfig(horizon=2, rollouts_per_epoch=64, retain_epochs=2),
+    dynamics=DynamicsConfig(ensemble_size=3, num_elites=2, hidden_size=16, hidden_layers=2,
+                            weight_decay=(0.0, 0.0, 0.0), max_epochs=2),
+    mixing=MixingConfig(real_ratio=0.05))
 
 
 @pytest.fixture(scope="module")
@@ -24,12 +30,12 @@ def data():
     return load_dataset("pendulum-medium").subset(range(2000))
 
 
-def make_trainer(data, run_dir, cache, epochs=4, config=TINY, device="cpu", **trainer_settings):
-    torch.manual_seed(0)
-    agent = RAVL.for_dataset(data, config, device, cache_dir=cache, progress=False)
+def make_trainer(data, run_dir, cache, epochs=4, config=TINY, device="cpu", generator=TINY_ROLLOUTS,
+                 **trainer_settings):
     settings = dict(epochs=epochs, updates_per_epoch=10, eval_every=2, eval_episodes=1, checkpoint_every=1,
                     run_dir=str(run_dir), progress=False, tensorboard=False)
-    return Trainer(agent, data, TrainerConfig(**{**settings, **trainer_settings}))
+    return build_run("ravl", data, config, generator, TrainerConfig(**{**settings, **trainer_settings}), device,
+                     cache_dir=cache)
 
 
 def test_resumed_run_equals_an_uninterrupted_one(data, tmp_path, device):
@@ -54,7 +60,7 @@ def test_checkpoint_holds_a_policy_that_evaluates(data, tmp_path, device):
     trainer.train()
     agent, state = load_policy(tmp_path / "run" / "checkpoint.pt")
     obs = torch.randn(5, 3).numpy()
-    assert state["epoch"] == 2 and agent.generator is None and agent.device.type == "cpu"
+    assert state["epoch"] == 2 and agent.device.type == "cpu" and state["generator_config"]["every"] == 10
     exact = device == "cpu"  # the same arithmetic; CUDA's kernels round differently
     np.testing.assert_allclose(agent.act(obs, deterministic=True), trainer.agent.act(obs, deterministic=True),
                                rtol=0 if exact else 1e-5, atol=0 if exact else 1e-6)
@@ -68,6 +74,9 @@ def test_a_finished_run_is_not_overwritten_and_resume_checks_settings(data, tmp_
     other = RAVLConfig(**{**TINY.__dict__, "eta": 0.5})
     with pytest.raises(CheckpointError, match=r"other algorithm settings \(eta\)"):
         make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2, config=other).train(resume=True)
+    with pytest.raises(CheckpointError, match=r"other generator settings \(every\)"):
+        make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2,
+                     generator=dataclasses.replace(TINY_ROLLOUTS, every=20)).train(resume=True)
     with pytest.raises(CheckpointError, match="no checkpoint at"):
         make_trainer(data, tmp_path / "empty", tmp_path / "cache").train(resume=True)
     assert (tmp_path / "run" / "checkpoint.pt").read_bytes() == before
@@ -108,3 +117,20 @@ def test_logs_and_callbacks(data, tmp_path):
     json.dumps(records)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["algorithm"] == "ravl" and info["mkl_avx512"] == mkl_avx512.status()
+
+
+def test_a_checkpoint_of_the_first_format_is_read_with_its_generator_settings(data, tmp_path):
+    """Format 1 (before generators were composed by configuration) kept the rollout, dynamics and
+    real-ratio settings in the agent's config; reading moves them to the generator's, with the one
+    generation per epoch those runs had, so such a run resumes and its policy loads."""
+    make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=1).train()
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = torch.load(path, weights_only=False)
+    generator = state.pop("generator_config")
+    state["agent"]["config"].update(rollout=generator["rollout"], dynamics=generator["dynamics"],
+                                    true_dynamics=generator["true_dynamics"], real_ratio=generator["mixing"]["real_ratio"])
+    state["format"] = 1
+    atomic_torch_save(state, path)
+    assert read_checkpoint(path)["generator_config"] == generator  # every = updates_per_epoch = 10
+    load_policy(path)
+    assert make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2).train(resume=True)["epochs"] == 2

@@ -22,8 +22,8 @@ from mbrl_offline.errors import ConfigError
 from mbrl_offline.tune import PrunerConfig, SamplerConfig, SweepConfig, load_sweep, run_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
-TINY = ["algo=ravl", "env=pendulum", "algo.hidden_size=16", "algo.rollout.rollouts_per_epoch=32",
-        "algo.dynamics.hidden_size=16", "algo.dynamics.max_epochs=2", "algo.dynamics.min_epochs=0",
+TINY = ["algo=ravl", "env=pendulum", "algo.hidden_size=16", "generator.rollout.rollouts_per_epoch=32",
+        "generator.dynamics.hidden_size=16", "generator.dynamics.max_epochs=2", "generator.dynamics.min_epochs=0", "generator.every=5",
         "trainer.updates_per_epoch=5", "trainer.eval_episodes=1", "trainer.progress=false",
         "trainer.tensorboard=false", "torch_threads=1", "sweep.space.algo.num_critics.choices=[2,3]",
         "sweep.pruner.name=none"]
@@ -107,17 +107,20 @@ def test_interrupted_trial_is_retried_and_resumes_its_runs(tmp_path, stop):
     assert retry.user_attrs["eval_episodes"] <= 40 - stopped_at + 1
 
 
+SPACE = "algo.num_critics, algo.eta, generator.mixing.real_ratio, generator.rollout.horizon"
+
+
 def test_bad_sweep_settings_give_one_error_line(tmp_path):
     cases = [
         ("+sweep.space.algo.etta={type:float,low:0.1,high:1}",
-         "error: the search space sets algo.num_critics, algo.eta, algo.real_ratio, algo.rollout.horizon, algo.etta: "
-         "unknown setting 'algo.etta'. Did you mean 'algo.eta'?"),
-        ("sweep.space.algo.num_critics.choices=[2.5]", "error: the search space sets algo.num_critics, algo.eta, "
-         "algo.real_ratio, algo.rollout.horizon: algo.num_critics = 2.5 has the wrong type; expected int."),
-        ("sweep.space.algo.rollout.horizon.choices=[0]", "error: the search space sets algo.num_critics, algo.eta, "
-         "algo.real_ratio, algo.rollout.horizon: rollout.horizon must be at least 1, got 0."),
-        ("sweep.space.algo.real_ratio=0.5", "error: sweep.space.algo.real_ratio must be a parameter spec with a 'type' "
-         "(float, int, categorical), got 0.5."),
+         "error: the search space sets algo.num_critics, algo.eta, algo.etta, generator.mixing.real_ratio, "
+         "generator.rollout.horizon: unknown setting 'algo.etta'. Did you mean 'algo.eta'?"),
+        ("sweep.space.algo.num_critics.choices=[2.5]", f"error: the search space sets {SPACE}: "
+         "algo.num_critics = 2.5 has the wrong type; expected int."),
+        ("sweep.space.generator.rollout.horizon.choices=[0]", f"error: the search space sets {SPACE}: "
+         "rollout.horizon must be at least 1, got 0."),
+        ("sweep.space.generator.mixing.real_ratio=0.5", "error: sweep.space.generator.mixing.real_ratio must be a "
+         "parameter spec with a 'type' (float, int, categorical), got 0.5."),
         ("sweep.space.algo.eta.low=-1", "error: sweep.space.algo.eta: need low < high and low > 0 (log scale)"),
         ("sweep.space.algo.eta.type=normal", "error: sweep.space.algo.eta: unknown type 'normal'"),
         ("sweep=mopo", "error: that search space is written for mopo, not ravl; use sweep=ravl or algo=mopo."),

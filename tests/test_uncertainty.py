@@ -8,6 +8,7 @@ from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig, UPMPCConfig, upmpc_actions
 from mbrl_offline.data.termination import never
 from mbrl_offline.models.true_dynamics import TrueDynamics
+from mbrl_offline.roles import FunctionPolicy
 from mbrl_offline.models.uncertainty import (bellman_target_spread, max_aleatoric_std, mean_disagreement,
                                              sample_members, sampled_disagreement)
 from tests.test_rollouts import constant_model
@@ -48,7 +49,8 @@ def test_reward_penalty_is_subtracted_from_stored_rewards():
         model.max_logvar[1] = 10.0  # member 1 (not an elite) may predict a large variance: std 0.5 everywhere
         model.head.bias[1, 0, 4:] = 2 * torch.tensor(0.5).log()
     config = RolloutConfig(horizon=1, rollouts_per_epoch=1000, penalty="aleatoric", penalty_coef=2.0)
-    batch, stats = BranchedRollouts(model, never, config).generate(lambda o: torch.zeros(len(o), 1), torch.zeros(1000, 3))
+    batch, stats = BranchedRollouts(model, never, config).rollout(FunctionPolicy(lambda o: torch.zeros(len(o), 1)),
+                                                            torch.zeros(1000, 3))
     # MOPO's max over all members: member 1's norm over 4 outputs, 0.5 * 2 = 1; stored r = model r - 2.
     assert set(batch["rewards"].round().tolist()) == {-1.0, 1.0}  # elites 0 and 2 predict 1 and 3
     assert abs(stats["model_rewards_mean"] - stats["reward_mean"] - 2.0) < 1e-3
@@ -106,7 +108,8 @@ def test_upmpc_rollouts_store_planned_actions():
         calls.append(len(obs))
         return torch.randn(len(obs), 1)
 
-    batch, stats = BranchedRollouts(model, never, config).generate(policy, torch.zeros(64, 3), torch.Generator().manual_seed(0))
+    batch, stats = BranchedRollouts(model, never, config).rollout(FunctionPolicy(policy), torch.zeros(64, 3),
+                                                            torch.Generator().manual_seed(0))
     assert len(batch["rewards"]) == 128 and stats["mean_length"] == 2.0
     assert calls == [192, 192] * 2  # per stored step: K*B first actions, then one policy call per later planning step
 

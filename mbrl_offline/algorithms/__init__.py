@@ -1,5 +1,6 @@
 """Agents, one file each with a dataclass config: ``ALGORITHMS`` maps the names used by the configs
-(``algo=ravl``) to (agent class, config class)."""
+(``algo=ravl``) to (agent class, config class). Each agent class meets `mbrl_offline.roles.Agent` and
+`mbrl_offline.roles.Policy`, and names the generator it was published with (``published_generator``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,7 +10,7 @@ import torch
 from mbrl_offline.algorithms.coplanner import COPlanner, COPlannerConfig
 from mbrl_offline.algorithms.iql import IQL, IQLConfig
 from mbrl_offline.algorithms.mobile import MOBILE, MOBILEConfig
-from mbrl_offline.algorithms.model_based import ModelBasedConfig, ModelBasedSAC
+from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig
 from mbrl_offline.algorithms.mopo import MOPO, MOPOConfig
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.algorithms.sac import SAC, SACConfig
@@ -31,7 +32,8 @@ def get_algorithm(name: str):
 
 
 def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
-    """The agent saved in a training checkpoint, without its generator: ready for ``act``."""
+    """The agent saved in a training checkpoint, without its generator (and without the dynamics model
+    MOBILE's penalty uses, which acting does not need): ready for ``act``."""
     state = read_checkpoint(checkpoint)
     agent_cls, config_cls = get_algorithm(state["algorithm"])
     env = get_env_info(state["env"])
@@ -43,5 +45,5 @@ def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
 
 
 __all__ = ["ALGORITHMS", "COPlanner", "COPlannerConfig", "IQL", "IQLConfig", "MOBILE", "MOBILEConfig", "MOPO", "MOPOConfig",
-           "ModelBasedConfig", "ModelBasedSAC", "RAVL", "RAVLConfig", "SAC", "SACConfig", "TD3BC", "TD3BCConfig", "get_algorithm",
+           "OfflineRLKitSACConfig", "RAVL", "RAVLConfig", "SAC", "SACConfig", "TD3BC", "TD3BCConfig", "get_algorithm",
            "load_policy"]

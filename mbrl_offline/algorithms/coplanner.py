@@ -13,7 +13,7 @@ adaptation, made as follows (../shared/research/coplanner_diffusion_baselines.md
   sample and that transition is stored.
 * **Dropped:** the optimistic half (alpha_o): offline there is no environment to explore.
 * **Added:** a MOPO reward penalty on the stored transitions, r - lambda u with MOPO's max aleatoric
-  std (``rollout.penalty``/``rollout.penalty_coef``; ``disagreement`` uses COPlanner's own u instead,
+  std (``generator.rollout.penalty``/``generator.rollout.penalty_coef``; ``disagreement`` uses COPlanner's own u instead,
   ``penalty_coef=0`` gives the unpenalised ablation). Why: offline nothing corrects model
   exploitation. The critic still bootstraps from a' ~ pi(s'), not from the planned action, and the
   model's rewards are unpenalised, so choosing low-uncertainty actions alone leaves the learner free
@@ -30,25 +30,34 @@ planning step over all K x B candidate rows; `benchmarks/throughput.py` measures
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from mbrl_offline.algorithms.model_based import ModelBasedSAC
+from mbrl_offline.algorithms.model_based import mbpo_rollouts
 from mbrl_offline.algorithms.mopo import MOPOConfig
-from mbrl_offline.generators.rollouts import RolloutConfig
+from mbrl_offline.algorithms.sac import SAC
+from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.generators.upmpc import UPMPCConfig
+from mbrl_offline.models.dynamics import dynamics_recipe
 
 
 @dataclass
 class COPlannerConfig(MOPOConfig):
-    # Rollouts planned by UP-MPC (official COPlanner defaults), stored rewards penalised as MOPO's.
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(
-        horizon=5, planner="upmpc", penalty="aleatoric", penalty_coef=0.5,
-        upmpc=UPMPCConfig(candidates=5, horizon=5, uncertainty_weight=2.0, reward_discount=0.97,
-                          uncertainty_discount=0.97)))
+    """MOPO's learner (OfflineRL-Kit's SAC); the planning and the penalty are in the generator
+    (`COPlanner.published_generator`)."""
 
 
-class COPlanner(ModelBasedSAC):
+class COPlanner(SAC):
     """Offline COPlanner: MOPO's learner on UP-MPC-planned model rollouts (module docstring)."""
 
     name = "coplanner"
     config_class = COPlannerConfig
+
+    @classmethod
+    def published_generator(cls) -> RolloutGeneratorConfig:
+        """MOPO's rollouts (h = 5, lambda = 0.5 on MOPO's penalty, OfflineRL-Kit's dynamics recipe) with
+        every action planned by UP-MPC at the official COPlanner defaults."""
+        return mbpo_rollouts(
+            RolloutConfig(horizon=5, planner="upmpc", penalty="aleatoric", penalty_coef=0.5,
+                          upmpc=UPMPCConfig(candidates=5, horizon=5, uncertainty_weight=2.0, reward_discount=0.97,
+                                            uncertainty_discount=0.97)),
+            dynamics_recipe("offlinerlkit"), real_ratio=0.05)

@@ -47,7 +47,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
+from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.utils import anneal_cosine, soft_update
@@ -79,6 +81,7 @@ class IQLConfig:
     state_std_eps: float = 1e-3
 
     def __post_init__(self):
+        require_positive(self, "batch_size", "hidden_size", "hidden_layers")
         if not 0.0 < self.expectile < 1.0:
             raise ConfigError(f"algo.expectile = {self.expectile} must lie strictly between 0 and 1 (CORL: 0.7).")
         if self.beta < 0 or self.exp_adv_max <= 0:
@@ -95,13 +98,16 @@ def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
 class IQL:
     """An IQL agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
-    Model-free: no generator, every batch is real data. Build it with `IQL.for_dataset`, which takes
-    the state normalisation and the reward scale from the dataset."""
+    Model-free: published without a generator (every batch real), and takes any transition
+    generator's data by configuration. Build it with `IQL.for_dataset`, which takes the state
+    normalisation and the reward scale from the dataset."""
 
     name = "iql"
     config_class = IQLConfig
-    generator = None  # synthetic-experience producer used by the trainer (None: real data only)
-    real_ratio = 1.0  # fraction of real transitions per batch
+    recurrent = False  # the policy role (`mbrl_offline.roles.Policy`): a feed-forward policy
+    needs_dynamics = False
+    consumes = "transitions"  # the data it learns from: transition rows (not sequences)
+    published_generator = staticmethod(model_free.published_generator)
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
                  config: IQLConfig = IQLConfig(), device: str | torch.device = "cpu"):
@@ -124,10 +130,9 @@ class IQL:
         self.value_optim = torch.optim.Adam(self.value.parameters(), lr=config.value_lr)
 
     @classmethod
-    def for_dataset(cls, dataset, config: Optional[IQLConfig] = None, device: str | torch.device = "cpu",
-                    dynamics_path=None, cache_dir=None, progress: bool = True) -> "IQL":
+    def for_dataset(cls, dataset, config: Optional[IQLConfig] = None, device: str | torch.device = "cpu") -> "IQL":
         """The agent for ``dataset``'s env, with the dataset's state statistics and reward scale."""
-        agent = new_agent_for(cls, dataset, config, device, dynamics_path)
+        agent = new_agent_for(cls, dataset, config, device)
         if agent.config.normalize_reward:
             returns = dataset.episode_returns()
             spread = float(returns.max() - returns.min()) if len(returns) else 0.0
@@ -158,11 +163,23 @@ class IQL:
         """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy: the
         policy's mean, or with ``deterministic=False`` a sample from the Gaussian actor."""
         obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-        return self.rollout_policy(obs_t, deterministic).cpu().numpy()
+        return self._actions(obs_t, deterministic).cpu().numpy()
+
+    # ------------------------------------------------------------------ the policy role
+    @property
+    def policy(self) -> "IQL":
+        """The policy generators roll out: this agent's actor (`sample`, `log_prob`)."""
+        return self
+
+    def initial_state(self, batch_size: int) -> None:
+        return None
 
     @torch.no_grad()
-    def rollout_policy(self, obs: torch.Tensor, deterministic: bool = False) -> torch.Tensor:
+    def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
         """Actions for generators: sampled from the Gaussian actor (the mean for a deterministic one)."""
+        return self._actions(observations, False), None
+
+    def _actions(self, obs: torch.Tensor, deterministic: bool) -> torch.Tensor:
         mean = self.mean_action(self.normalise(obs))
         if deterministic or self.config.deterministic_actor:
             return self.to_env_units(mean)

@@ -18,7 +18,7 @@ Defaults: OfflineRL-Kit's ``run_mobile.py`` and the official ``configs/gym/defau
 lr 1e-4, gamma 0.99, tau 5e-3; rollouts of h = 1 from 50,000 states per epoch, 5 epochs retained, 5%
 real data; beta = 1.5; OfflineRL-Kit's dynamics recipe (``dynamics_recipe("offlinerlkit")``, see
 `mbrl_offline.algorithms.mopo`) with ``run_mobile.py``'s cap of 30 training epochs. The per-dataset
-(h, beta) are configs: ``configs/preset/mobile-*.yaml``. ``benchmarks/vs_offlinerlkit.py --algo
+(h, beta) are configs: ``configs/preset/mobile-*.yaml`` (``generator.rollout.horizon``, ``algo.penalty_coef``). ``benchmarks/vs_offlinerlkit.py --algo
 mobile`` runs OfflineRL-Kit's ``MOBILEPolicy`` beside this class (docs/parity.md).
 
 Differences from the official code, none of which changes the losses' expectations: the update order
@@ -29,22 +29,23 @@ only (the official computes it for the whole batch and then zeroes the real rows
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
-from mbrl_offline.algorithms.model_based import ModelBasedSAC, OfflineRLKitSACConfig
+from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig, mbpo_rollouts
+from mbrl_offline.algorithms.sac import SAC
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.generators.rollouts import RolloutConfig
-from mbrl_offline.models.dynamics import DynamicsConfig, dynamics_recipe
+from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
+from mbrl_offline.models.dynamics import dynamics_recipe
 from mbrl_offline.models.uncertainty import bellman_target_spread
 
 
 @dataclass
 class MOBILEConfig(OfflineRLKitSACConfig):
     # The learner: OfflineRL-Kit's SAC (2 critics of 256x2, actor lr 1e-4 cosine-annealed, critic lr
-    # 3e-4, alpha from 1 at lr 1e-4, gamma 0.99, tau 5e-3, 5% real data; see OfflineRLKitSACConfig),
+    # 3e-4, alpha from 1 at lr 1e-4, gamma 0.99, tau 5e-3; see OfflineRLKitSACConfig),
     # with a deterministic backup: no entropy term in the critic target.
     deterministic_backup: bool = True
     # The penalty: beta (tuned per dataset) times the Bellman-target spread over num_samples next
@@ -52,10 +53,6 @@ class MOBILEConfig(OfflineRLKitSACConfig):
     penalty_coef: float = 1.5
     num_samples: int = 10
     target_floor: Optional[float] = 0.0
-    # Rollouts: h = 1 by default (tuned per dataset); no reward penalty at generation time.
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(horizon=1))
-    # OfflineRL-Kit's dynamics recipe with run_mobile.py's cap of 30 training epochs.
-    dynamics: DynamicsConfig = field(default_factory=lambda: dynamics_recipe("offlinerlkit", max_epochs=30))
 
     def __post_init__(self):
         super().__post_init__()
@@ -64,13 +61,28 @@ class MOBILEConfig(OfflineRLKitSACConfig):
                               f"and {self.num_samples}.")
 
 
-class MOBILE(ModelBasedSAC):
+class MOBILE(SAC):
     """A MOBILE agent: SAC whose critic targets on model data are penalised by the model-Bellman
-    inconsistency (module docstring)."""
+    inconsistency (module docstring). The penalty needs the dynamics model, which the agent is given
+    explicitly (``dynamics``: the generator's model, as `mbrl_offline.build_run` passes it); without
+    it the agent is the policy alone (for evaluation)."""
 
     name = "mobile"
     config_class = MOBILEConfig
     graph_capturable = False  # the penalty goes to the batch's model rows only: a data-dependent shape
+    needs_dynamics = True
+
+    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
+                 config: MOBILEConfig = MOBILEConfig(), device: str | torch.device = "cpu", dynamics=None):
+        super().__init__(obs_dim, act_dim, action_low, action_high, config, device)
+        self.dynamics = dynamics.to(self.device) if dynamics is not None else None
+
+    @classmethod
+    def published_generator(cls) -> RolloutGeneratorConfig:
+        """OfflineRL-Kit's: per generation (every 1000 updates) 50k rollouts of h = 1 step (tuned per
+        dataset: configs/preset/mobile-*.yaml), no reward penalty at generation, 5 generations kept,
+        5% real rows per batch; OfflineRL-Kit's dynamics recipe with run_mobile.py's cap of 30 epochs."""
+        return mbpo_rollouts(RolloutConfig(horizon=1), dynamics_recipe("offlinerlkit", max_epochs=30), real_ratio=0.05)
 
     @torch.no_grad()
     def bellman_uncertainty(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:

@@ -1,14 +1,15 @@
 """What the model-free agents (TD3+BC, IQL) share: the dataset's state normalisation, kept inside the
-agent, their action bounds as tensors, and building an agent for a dataset's env."""
+agent, their action bounds as tensors, and building an agent for a dataset's env. They train on the
+dataset alone by default (their papers' setting, ``published_generator``: none) and on any transition
+generator by configuration (``algo=iql generator=rollouts``)."""
 from __future__ import annotations
-
-from typing import Optional
 
 import numpy as np
 import torch
 
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
+from mbrl_offline.generators import NoGeneratorConfig
 
 
 class ObservationNormaliser:
@@ -48,12 +49,9 @@ def action_box(action_low, action_high, device: torch.device):
     return low, high, (high + low) / 2, (high - low) / 2
 
 
-def new_agent_for(cls, dataset, config, device, dynamics_path: Optional[str]):
+def new_agent_for(cls, dataset, config, device):
     """``cls(obs_dim, act_dim, low, high, config, device)`` for ``dataset``'s env, with the state
-    normalisation fitted when ``config.normalize_states``; a model-free agent refuses a dynamics model."""
-    if dynamics_path is not None:
-        raise ConfigError(f"{cls.name} learns from the data alone and uses no dynamics model; "
-                          f"leave dynamics_path unset.")
+    normalisation fitted when ``config.normalize_states`` (on the real data, whatever a generator adds)."""
     config = config if config is not None else cls.config_class()
     env = get_env_info(dataset.env_name)
     low, high = env.action_bounds()
@@ -61,3 +59,8 @@ def new_agent_for(cls, dataset, config, device, dynamics_path: Optional[str]):
     if config.normalize_states:
         agent.normalise.fit(dataset.observations, config.state_std_eps)
     return agent
+
+
+def published_generator() -> NoGeneratorConfig:
+    """The model-free agents' papers train on the dataset alone."""
+    return NoGeneratorConfig()

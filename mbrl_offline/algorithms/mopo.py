@@ -20,7 +20,8 @@ data) and OfflineRL-Kit's dynamics recipe (``dynamics_recipe("offlinerlkit")`` i
 values, one bootstrap resample per member, holdout min(20%, 1000) rows, no input clipping, plain early
 stopping). lambda was tuned on that model: the penalty is the largest predicted std, which the
 learned bounds cap, so a model whose bounds settle elsewhere changes what a given lambda means. The
-per-dataset (h, lambda) are configs: ``configs/preset/mopo-*.yaml``. The paper's official values
+per-dataset (h, lambda) are configs: ``configs/preset/mopo-*.yaml`` (``generator.rollout.horizon``,
+``generator.rollout.penalty_coef``). The paper's official values
 are for D4RL v0; OfflineRL-Kit's for v2 differ (../shared/research/coplanner_diffusion_baselines.md);
 the presets use OfflineRL-Kit's, since our data follow v2's conventions (true next states at time limits).
 
@@ -31,24 +32,32 @@ this class side by side on the same data; docs/parity.md holds its measurements.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from mbrl_offline.algorithms.model_based import ModelBasedSAC, OfflineRLKitSACConfig
-from mbrl_offline.generators.rollouts import RolloutConfig
+from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig, mbpo_rollouts
+from mbrl_offline.algorithms.sac import SAC
+from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
+from mbrl_offline.models.dynamics import dynamics_recipe
 
 
 @dataclass
 class MOPOConfig(OfflineRLKitSACConfig):
-    # The learner: OfflineRL-Kit's SAC (2 critics of 256x2, actor lr 1e-4 cosine-annealed, critic lr
-    # 3e-4, alpha from 1 at lr 1e-4, gamma 0.99, tau 5e-3, 5% real data; see OfflineRLKitSACConfig).
-    # Rollouts: horizon h and lambda = penalty_coef are tuned per dataset (configs/preset/mopo-*.yaml);
-    # the reward penalty is MOPO's max aleatoric std over all members.
-    rollout: RolloutConfig = field(default_factory=lambda: RolloutConfig(horizon=5, penalty="aleatoric",
-                                                                         penalty_coef=0.5))
+    """The learner: OfflineRL-Kit's SAC (2 critics of 256x2, actor lr 1e-4 cosine-annealed, critic lr
+    3e-4, alpha from 1 at lr 1e-4, gamma 0.99, tau 5e-3; see `OfflineRLKitSACConfig`). MOPO's penalty
+    is in its generator (`MOPO.published_generator`)."""
 
 
-class MOPO(ModelBasedSAC):
+class MOPO(SAC):
     """A MOPO agent: SAC on real data and uncertainty-penalised model rollouts."""
 
     name = "mopo"
     config_class = MOPOConfig
+
+    @classmethod
+    def published_generator(cls) -> RolloutGeneratorConfig:
+        """OfflineRL-Kit's: per generation (every 1000 updates) 50k rollouts of h = 5 steps, rewards
+        penalised by lambda = 0.5 times MOPO's max aleatoric std over all members (h and lambda tuned
+        per dataset: configs/preset/mopo-*.yaml), 5 generations kept, 5% real rows per batch;
+        OfflineRL-Kit's dynamics recipe."""
+        return mbpo_rollouts(RolloutConfig(horizon=5, penalty="aleatoric", penalty_coef=0.5),
+                             dynamics_recipe("offlinerlkit"), real_ratio=0.05)

@@ -16,7 +16,8 @@ Per epoch: 50,000 rollouts of k = 5 steps with the current stochastic policy, a 
 and step, sampled next states and rewards (`mbrl_offline.generators.BranchedRollouts`); then 1000
 updates on batches of 256 with 5% real transitions. Defaults are the official code's
 (``TrainConfig`` in ``train_ravl_agent.py``); the per-dataset values the paper tuned (N, eta, k, real
-ratio) are settings here.
+ratio) are settings here (``algo.num_critics``, ``algo.eta``, ``generator.rollout.horizon``,
+``generator.mixing.real_ratio``).
 
 Differences from the official code, none of which changes the losses:
 
@@ -33,16 +34,17 @@ the same data (docs/parity.md).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
-from mbrl_offline.algorithms.model_based import ModelBasedConfig, ModelBasedSAC
-from mbrl_offline.generators.rollouts import RolloutConfig
-from mbrl_offline.models.dynamics import DynamicsConfig, dynamics_recipe
+from mbrl_offline.algorithms.model_based import mbpo_rollouts
+from mbrl_offline.algorithms.sac import SAC, SACConfig
+from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
+from mbrl_offline.models.dynamics import dynamics_recipe
 
 
 @dataclass
-class RAVLConfig(ModelBasedConfig):
+class RAVLConfig(SACConfig):
     # Critic ensemble and EDAC (the paper tunes num_critics and eta per dataset).
     num_critics: int = 10  # N: critics in the ensemble; targets and the actor use the min over all N
     eta: float = 1.0  # weight of EDAC's gradient-diversity term; 0 gives SAC-N
@@ -61,23 +63,19 @@ class RAVLConfig(ModelBasedConfig):
     target_entropy: Optional[float] = None  # None: -|A|
     batch_size: int = 256
     fused_adam: bool = True  # one fused kernel per optimiser step (rounds differently; same maths)
-    # Data: the fraction of real transitions in each batch (tuned per dataset), the rest from rollouts.
-    real_ratio: float = 0.05
-    # Model rollouts: k = horizon (tuned per dataset), 50k start states per epoch, buffer of 5 epochs,
-    # actions sampled from the policy, no reward penalty.
-    rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    # The dynamics ensemble: the official RAVL recipe (7 members / 5 elites, per-member log-variance
-    # bounds, its 350-epoch minimum training schedule; DYNAMICS_RECIPES["ravl"]).
-    dynamics: DynamicsConfig = field(default_factory=lambda: dynamics_recipe("ravl"))
 
 
-class RAVL(ModelBasedSAC):
-    """A RAVL agent: the SAC-N/EDAC learner plus its rollout generator.
-
-    Build it from a dataset with `RAVL.for_dataset` (trains or loads the dynamics model), or from
-    parts with a trained `GaussianEnsembleDynamics` and a termination function; train it with
-    `mbrl_offline.trainer.Trainer`. Without ``dynamics`` it is the policy alone (for evaluation).
-    """
+class RAVL(SAC):
+    """A RAVL agent: the SAC-N/EDAC learner. Its generator (`published_generator`) is built and run
+    by the trainer: `mbrl_offline.build_run` (``examples/train.py algo=ravl``) composes both."""
 
     name = "ravl"
     config_class = RAVLConfig
+
+    @classmethod
+    def published_generator(cls) -> RolloutGeneratorConfig:
+        """The official code's data: per generation (every 1000 updates) 50k rollouts of k = 5 steps
+        (k tuned per dataset) with the policy's sampled actions and no reward penalty, a buffer of 5
+        generations, 5% real rows per batch (tuned per dataset); the official RAVL dynamics recipe
+        (7 members / 5 elites, its 350-epoch minimum schedule; ``DYNAMICS_RECIPES["ravl"]``)."""
+        return mbpo_rollouts(RolloutConfig(), dynamics_recipe("ravl"), real_ratio=0.05)

@@ -40,7 +40,10 @@ from typing import Optional
 import numpy as np
 import torch
 
+from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
+from mbrl_offline.generators import NoGeneratorConfig
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
 from mbrl_offline.utils import CUDAGraphed, anneal_cosine, soft_update
 
@@ -103,6 +106,7 @@ class SACConfig:
     cuda_graph: bool = True  # on a CUDA device, record the update once and replay it as a CUDA graph (see `SAC`)
 
     def __post_init__(self):
+        require_positive(self, "batch_size", "hidden_size", "hidden_layers")
         if self.eta < 0 or (self.eta > 0 and self.num_critics < 2):
             raise ConfigError(f"eta = {self.eta} needs eta >= 0, and at least 2 critics when eta > 0 "
                               f"(num_critics = {self.num_critics}).")
@@ -112,8 +116,10 @@ class SACConfig:
 class SAC:
     """A SAC-N agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()``.
 
-    On its own it is a model-free agent (no generator: every batch is real data); model-based agents
-    such as `mbrl_offline.algorithms.ravl.RAVL` add a generator and a real-data ratio.
+    The agent knows nothing of where its batches come from: the trainer draws them from the dataset
+    and, when the run has a generator, from its synthetic data (`mbrl_offline.roles`). Model-based
+    agents such as `mbrl_offline.algorithms.ravl.RAVL` are this class with other settings and a
+    published generator (`published_generator`), which configuration may replace.
 
     On a GPU, an update at the paper's sizes is a few hundred small kernels whose launches, not the
     GPU's arithmetic, set the pace (on an H100: 1.4 ms of GPU work in 10 ms per update). With
@@ -128,8 +134,10 @@ class SAC:
     """
 
     name = "sac"
-    generator = None  # synthetic-experience producer used by the trainer (None: real data only)
-    real_ratio = 1.0  # fraction of real transitions per batch
+    config_class = SACConfig
+    recurrent = False  # the policy role (`mbrl_offline.roles.Policy`): a feed-forward policy
+    needs_dynamics = False  # whether the agent's own losses use the generator's dynamics model (MOBILE)
+    consumes = "transitions"  # the data it learns from: transition rows (not sequences)
     graph_capturable = True  # whether `update` can be recorded as a CUDA graph (no data-dependent shapes)
     warmup_updates = 3  # eager updates on a side stream before the graph is recorded
 
@@ -163,10 +171,37 @@ class SAC:
         action, _ = self.actor(obs_t, deterministic=deterministic, with_log_prob=False)
         return action.cpu().numpy()
 
+    @classmethod
+    def for_dataset(cls, dataset, config=None, device: str | torch.device = "cpu", **parts):
+        """The agent for ``dataset``'s env (its sizes and action bounds); ``parts`` go to the
+        constructor (MOBILE's ``dynamics``)."""
+        config = config if config is not None else cls.config_class()
+        env = get_env_info(dataset.env_name)
+        low, high = env.action_bounds()
+        return cls(env.obs_dim, env.act_dim, low, high, config, device, **parts)
+
+    @classmethod
+    def published_generator(cls):
+        """The generator the algorithm was published with (``generator=`` unset): none for SAC."""
+        return NoGeneratorConfig()
+
+    # ------------------------------------------------------------------ the policy role
+    @property
+    def policy(self) -> "SAC":
+        """The policy generators roll out: this agent's actor (`sample`, `log_prob`)."""
+        return self
+
+    def initial_state(self, batch_size: int) -> None:
+        return None
+
     @torch.no_grad()
-    def rollout_policy(self, obs: torch.Tensor) -> torch.Tensor:
-        """Actions for model rollouts: sampled from the current policy (as RAVL's and MBPO's code)."""
-        return self.actor(obs, with_log_prob=False)[0]
+    def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
+        """Actions sampled from the current policy (model rollouts sample, as RAVL's and MBPO's code)."""
+        return self.actor(observations, with_log_prob=False)[0], None
+
+    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """log pi(a|s) of given env-unit actions under the tanh-Gaussian actor, differentiable in them."""
+        return self.actor.log_prob_of(observations, actions)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on each of alpha, actor and critics; returns detached scalar tensors

@@ -31,6 +31,7 @@ of which changes the losses:
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -38,7 +39,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
+from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.utils import soft_update
@@ -66,6 +69,7 @@ class TD3BCConfig:
     state_std_eps: float = 1e-3
 
     def __post_init__(self):
+        require_positive(self, "batch_size", "hidden_size", "hidden_layers")
         if self.alpha < 0 or self.policy_noise < 0 or self.noise_clip < 0:
             raise ConfigError(f"TD3+BC needs alpha, policy_noise and noise_clip >= 0, got {self.alpha}, "
                               f"{self.policy_noise} and {self.noise_clip}.")
@@ -76,13 +80,16 @@ class TD3BCConfig:
 class TD3BC:
     """A TD3+BC agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
-    Model-free: no generator, every batch is real data. Build it with `TD3BC.for_dataset`, which
-    takes the state normalisation from the dataset."""
+    Model-free: published without a generator (every batch real), and takes any transition
+    generator's data by configuration. Build it with `TD3BC.for_dataset`, which takes the state
+    normalisation from the dataset."""
 
     name = "td3bc"
     config_class = TD3BCConfig
-    generator = None  # synthetic-experience producer used by the trainer (None: real data only)
-    real_ratio = 1.0  # fraction of real transitions per batch
+    recurrent = False  # the policy role (`mbrl_offline.roles.Policy`): a feed-forward policy
+    needs_dynamics = False
+    consumes = "transitions"  # the data it learns from: transition rows (not sequences)
+    published_generator = staticmethod(model_free.published_generator)
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
                  config: TD3BCConfig = TD3BCConfig(), device: str | torch.device = "cpu"):
@@ -105,12 +112,11 @@ class TD3BC:
         self._bc_loss = torch.zeros((), device=self.device)
 
     @classmethod
-    def for_dataset(cls, dataset, config: Optional[TD3BCConfig] = None, device: str | torch.device = "cpu",
-                    dynamics_path=None, cache_dir=None, progress: bool = True) -> "TD3BC":
+    def for_dataset(cls, dataset, config: Optional[TD3BCConfig] = None, device: str | torch.device = "cpu") -> "TD3BC":
         """The agent for ``dataset``'s env, normalising states with the dataset's statistics."""
-        return new_agent_for(cls, dataset, config, device, dynamics_path)
+        return new_agent_for(cls, dataset, config, device)
 
-    def policy(self, normalised_obs: torch.Tensor, target: bool = False) -> torch.Tensor:
+    def pi(self, normalised_obs: torch.Tensor, target: bool = False) -> torch.Tensor:
         """pi(s) in the env's action units, from normalised states."""
         net = self.target_actor if target else self.actor
         return self.action_centre + self.action_scale * torch.tanh(net(normalised_obs))
@@ -120,12 +126,27 @@ class TD3BC:
         """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy (the
         policy is deterministic)."""
         obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
-        return self.policy(self.normalise(obs_t)).cpu().numpy()
+        return self.pi(self.normalise(obs_t)).cpu().numpy()
+
+    # ------------------------------------------------------------------ the policy role
+    @property
+    def policy(self) -> "TD3BC":
+        """The policy generators roll out: this agent's actor (`sample`, `log_prob`)."""
+        return self
+
+    def initial_state(self, batch_size: int) -> None:
+        return None
 
     @torch.no_grad()
-    def rollout_policy(self, obs: torch.Tensor) -> torch.Tensor:
-        """Actions for generators: the deterministic policy."""
-        return self.policy(self.normalise(obs))
+    def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
+        """Actions for generators: the deterministic policy pi(s) (TD3+BC has no stochastic one)."""
+        return self.pi(self.normalise(observations)), None
+
+    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """log N(a; pi(s), I), differentiable in ``actions``: the density policy-guided diffusion's code
+        gives a deterministic TD3+BC actor (unit variance, in the env's action units)."""
+        diff = actions - self.pi(self.normalise(observations))
+        return -0.5 * (diff.pow(2) + math.log(2 * math.pi)).sum(-1)
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One critic step, and on every ``policy_freq``-th call an actor step and the target updates;
@@ -140,7 +161,7 @@ class TD3BC:
             max_action = self.action_scale.max()
             noise = (torch.randn_like(actions) * cfg.policy_noise * max_action).clamp(
                 -cfg.noise_clip * max_action, cfg.noise_clip * max_action)
-            next_actions = torch.maximum(torch.minimum(self.policy(next_obs, target=True) + noise,
+            next_actions = torch.maximum(torch.minimum(self.pi(next_obs, target=True) + noise,
                                                        self.action_high), self.action_low)
             next_q = self.target_critic(next_obs, next_actions).min(dim=0).values
             target = batch["rewards"] + cfg.gamma * (1.0 - batch["terminals"].float()) * next_q
@@ -152,7 +173,7 @@ class TD3BC:
 
         # 2. actor and targets, every policy_freq-th update
         if self.updates % cfg.policy_freq == 0:
-            pi = self.policy(obs)
+            pi = self.pi(obs)
             q1 = self.critic(obs, pi)[0]
             lmbda = cfg.alpha / q1.abs().mean().detach()
             bc_loss = F.mse_loss(pi, actions)

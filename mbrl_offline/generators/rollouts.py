@@ -1,7 +1,7 @@
 """Branched short model rollouts (MBPO; used by MOPO, MOBILE and RAVL).
 
 Each call starts ``rollouts_per_epoch`` rollouts from dataset states and runs them ``horizon`` steps
-in the dynamics ensemble with the current stochastic policy. Every (row, step) uses an elite drawn
+in the dynamics ensemble with the current stochastic policy (`mbrl_offline.roles.Policy.sample`). Every (row, step) uses an elite drawn
 uniformly at random; next states and rewards are sampled from it; a rollout stops where the env's
 termination function says the next state is terminal (that last transition is kept, with
 ``terminals`` set). Rollouts cut by the horizon are not terminal: their targets bootstrap.
@@ -18,19 +18,28 @@ Two options turn these into the rollouts of other methods, with any agent:
   ``disagreement`` COPlanner's, ``epistemic`` the spread of the members' means;
 * ``planner="upmpc"``: each action is chosen by COPlanner's UP-MPC (`mbrl_offline.generators.upmpc`)
   instead of sampled from the policy.
+
+`RolloutGenerator` is the generator role (`mbrl_offline.roles.Generator`) around them: the dynamics
+model (the learned ensemble, fitted or loaded from the cache, or the simulator itself), the schedule
+and the mixing rule, as one `RolloutGeneratorConfig` (``generator=rollouts``; each model-based
+algorithm publishes its own, e.g. `mbrl_offline.algorithms.RAVL.published_generator`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from pathlib import Path
+from typing import Optional
 
 import torch
 
+from mbrl_offline.buffer import MixingConfig
+from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
-from mbrl_offline.data.termination import TerminationFn
-
-Policy = Callable[[torch.Tensor], torch.Tensor]
+from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
+from mbrl_offline.models.true_dynamics import TrueDynamics
+from mbrl_offline.roles import Policy
 PENALTIES = ("none", "aleatoric", "disagreement", "epistemic")
 PLANNERS = ("policy", "upmpc")
 UNCERTAINTIES = ("aleatoric", "disagreement", "epistemic")
@@ -39,8 +48,8 @@ UNCERTAINTIES = ("aleatoric", "disagreement", "epistemic")
 @dataclass
 class RolloutConfig:
     horizon: int = 5  # k: model steps per rollout
-    rollouts_per_epoch: int = 50_000  # start states per generate call (one call per epoch)
-    retain_epochs: int = 5  # the synthetic buffer holds this many calls' worth of transitions
+    rollouts_per_epoch: int = 50_000  # start states per generation (RAVL, MOPO: one generation per 1000 updates)
+    retain_epochs: int = 5  # the synthetic buffer holds this many generations' worth of transitions
     deterministic_model: bool = False  # use the members' means instead of sampling (RAVL samples)
     uncertainty: bool = False  # log per-transition uncertainty (costs every member on every row)
     # Reward penalty r - penalty_coef * u on model transitions: none, aleatoric (MOPO: max over members
@@ -84,6 +93,11 @@ class BranchedRollouts:
     def load_state_dict(self, state: dict) -> None:
         self.dynamics.load_state_dict(state["dynamics"])
 
+    def generate(self, policy: Policy, real: dict[str, torch.Tensor], generator: Optional[torch.Generator] = None
+                 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """`rollout` from ``rollouts_per_epoch`` start states drawn from the real data's observations."""
+        return self.rollout(policy, self.sample_starts(real["observations"], generator), generator)
+
     def sample_starts(self, observations: torch.Tensor, generator: Optional[torch.Generator] = None) -> torch.Tensor:
         """``rollouts_per_epoch`` start states from ``observations`` (the real data, on the device)."""
         n, want = len(observations), self.config.rollouts_per_epoch
@@ -94,9 +108,9 @@ class BranchedRollouts:
         return observations[index]
 
     @torch.no_grad()
-    def generate(self, policy: Policy, start_observations: torch.Tensor,
-                 generator: Optional[torch.Generator] = None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        """Roll out ``policy`` (observations -> actions, sampled) from each start state.
+    def rollout(self, policy: Policy, start_observations: torch.Tensor,
+                generator: Optional[torch.Generator] = None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Roll out ``policy`` (its ``sample``: feed-forward, stochastic) from each start state.
 
         Returns the transitions (fields of `mbrl_offline.buffer.TRANSITION_FIELDS`, on the device) and
         statistics: transitions, mean rollout length, mean reward, fraction of rollouts terminated,
@@ -106,11 +120,18 @@ class BranchedRollouts:
         steps: list[dict[str, torch.Tensor]] = []
         obs = start_observations
         uncertainty = cfg.uncertainty or cfg.penalty != "none"
+        if policy.recurrent:
+            raise ConfigError("branched rollouts take a feed-forward policy; a recurrent agent needs a sequence "
+                              "generator.")
+
+        def sample(observations: torch.Tensor) -> torch.Tensor:
+            return policy.sample(observations)[0]
+
         for _ in range(cfg.horizon):
             if cfg.planner == "upmpc":
-                actions = upmpc_actions(self.dynamics, policy, obs, cfg.upmpc, generator, cfg.deterministic_model)
+                actions = upmpc_actions(self.dynamics, sample, obs, cfg.upmpc, generator, cfg.deterministic_model)
             else:
-                actions = policy(obs)
+                actions = sample(obs)
             model = self.dynamics.step(obs, actions, generator, deterministic=cfg.deterministic_model,
                                        uncertainty=uncertainty)
             next_obs, rewards = model["next_observations"], model["rewards"]
@@ -140,3 +161,71 @@ class BranchedRollouts:
             if key in batch:
                 stats[f"{key}_mean"] = batch.pop(key).mean().item() if n else float("nan")
         return batch, stats
+
+
+@dataclass
+class RolloutGeneratorConfig:
+    """``generator=rollouts``: branched model rollouts, their dynamics model, schedule and mixing."""
+
+    kind: str = "rollouts"
+    # Updates between generations (RAVL, MOPO, MOBILE, COPlanner: 1000, one per epoch of their code);
+    # 0: generate once, at the start.
+    every: int = 1000
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)  # the rollouts' settings
+    dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)  # the learned ensemble's settings
+    true_dynamics: bool = False  # roll out in the simulator itself (`TrueDynamics`) instead of the ensemble
+    mixing: MixingConfig = field(default_factory=MixingConfig)  # real and synthetic rows per batch
+
+    def __post_init__(self):
+        if self.kind != "rollouts":
+            raise ConfigError(f"a RolloutGeneratorConfig has kind 'rollouts', not '{self.kind}'.")
+        if self.every < 0:
+            raise ConfigError(f"generator.every must be >= 0 (0: generate once), got {self.every}.")
+
+
+class RolloutGenerator:
+    """The rollout generator of a run: `BranchedRollouts` in a dynamics model, with the settings of a
+    `RolloutGeneratorConfig` (schedule and mixing are read by the trainer)."""
+
+    produces = "transitions"
+
+    def __init__(self, dynamics, termination_fn: TerminationFn,
+                 config: RolloutGeneratorConfig = RolloutGeneratorConfig()):
+        self.config = config
+        self.rollouts = BranchedRollouts(dynamics, termination_fn, config.rollout)
+
+    @property
+    def dynamics(self):
+        return self.rollouts.dynamics
+
+    @property
+    def buffer_capacity(self) -> int:
+        return self.config.rollout.buffer_capacity
+
+    @classmethod
+    def for_dataset(cls, config: RolloutGeneratorConfig, dataset, device: str | torch.device = "cpu",
+                    cache_dir: Optional[str | Path] = None, model_path: Optional[str | Path] = None,
+                    progress: bool = True) -> "RolloutGenerator":
+        """The generator for ``dataset``'s env: the simulator if ``config.true_dynamics``; else the
+        ensemble from ``model_path``, or from the cache (trained on ``dataset`` with ``config.dynamics``
+        the first time)."""
+        env = get_env_info(dataset.env_name)
+        if config.true_dynamics:
+            if model_path is not None:
+                raise ConfigError("generator.true_dynamics=true rolls out in the simulator; leave dynamics_path unset.")
+            dynamics = TrueDynamics(env.name)
+        elif model_path is not None:
+            dynamics = GaussianEnsembleDynamics.load(model_path, map_location=device)
+        else:
+            dynamics, _ = load_or_fit_dynamics(dataset, config.dynamics, cache_dir, device, progress)
+        return cls(dynamics.to(torch.device(device)), env.termination_fn, config)
+
+    def generate(self, policy: Policy, real: dict[str, torch.Tensor], rng: Optional[torch.Generator] = None
+                 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        return self.rollouts.generate(policy, real, rng)
+
+    def state_dict(self) -> dict:
+        return self.rollouts.state_dict()
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rollouts.load_state_dict(state)

@@ -49,12 +49,8 @@ Deliberate differences from both codes:
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
-import os
 import time
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -63,6 +59,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from mbrl_offline.cache import cache_root, load_or_fit
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.models.uncertainty import (max_aleatoric_std, mean_disagreement, sample_members,
@@ -554,44 +551,21 @@ class _SiLUEnsembleTrainingStep:
 
 def default_cache_dir() -> Path:
     """``$MBRL_OFFLINE_CACHE/dynamics``, else ``~/.cache/mbrl_offline/dynamics``."""
-    root = os.environ.get("MBRL_OFFLINE_CACHE")
-    return (Path(root).expanduser() if root else Path.home() / ".cache" / "mbrl_offline") / "dynamics"
+    return cache_root() / "dynamics"
 
 
 def load_or_fit_dynamics(dataset, config: DynamicsConfig = DynamicsConfig(), cache_dir: Optional[str | Path] = None,
                          device: str | torch.device = "cpu", progress: bool = True) -> tuple[GaussianEnsembleDynamics, Path]:
-    """The model trained on ``dataset`` with ``config``: loaded from the cache if it was trained before.
+    """The model trained on ``dataset`` with ``config``: loaded from the cache if it was trained before
+    (`mbrl_offline.cache`: keyed by the dataset's fingerprint and the full config). Returns the model
+    and its file, which `GaussianEnsembleDynamics.load` also reads directly."""
 
-    The cache key is the dataset's fingerprint (its transitions) and the full config, so a run that
-    changes only agent settings reuses the model, and any change to the data or the model retrains it.
-    Returns the model and its file, which `GaussianEnsembleDynamics.load` also reads directly.
-    """
-    key = hashlib.sha256(json.dumps({"data": dataset.fingerprint(), "config": asdict(config)},
-                                    sort_keys=True).encode()).hexdigest()[:16]
-    path = Path(cache_dir or default_cache_dir()) / f"{dataset.env_name or 'env'}-{key}.pt"
-    if path.is_file():
-        return GaussianEnsembleDynamics.load(path, map_location=device), path
-    with _file_lock(path.with_name(path.name + ".lock")):  # sweep workers on one machine train it once
-        if path.is_file():  # another process trained it while this one waited
-            return GaussianEnsembleDynamics.load(path, map_location=device), path
+    def fit() -> GaussianEnsembleDynamics:
         model = GaussianEnsembleDynamics(dataset.obs_dim, dataset.act_dim, config)
         model.fit(dataset, device=device, progress=progress)
-        model.save(path)
-    return model, path
+        return model
 
-
-@contextmanager
-def _file_lock(path: Path):
-    """An exclusive lock on ``path`` between processes (POSIX); no lock where fcntl is missing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        import fcntl
-    except ImportError:  # Windows: concurrent workers may both train the model; the atomic save keeps it whole
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    return load_or_fit("dynamics", dataset.env_name or "env", dataset.fingerprint(), asdict(config), fit,
+                       save=lambda model, path: model.save(path),
+                       load=lambda path: GaussianEnsembleDynamics.load(path, map_location=device),
+                       cache_dir=cache_dir)

@@ -156,6 +156,16 @@ class TanhGaussianActor(nn.Module):
         log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u)) + torch.log(self.action_scale)
         return (gaussian - log_det).sum(-1)
 
+    def log_prob_of(self, obs: torch.Tensor, action: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+        """log pi(a|s) of given actions ``(B,)``, differentiable in ``action`` (guided generation
+        follows this gradient); actions within ``eps`` of a bound are moved inside it so that
+        atanh stays finite."""
+        mu, raw_log_std = self.trunk(obs).chunk(2, dim=-1)
+        log_std = raw_log_std.clamp(self.log_std_min, self.log_std_max)
+        squashed = ((action - self.action_offset) / self.action_scale).clamp(-1 + eps, 1 - eps)
+        u = torch.atanh(squashed)
+        return self._log_prob((u - mu) / log_std.exp(), log_std, u)
+
     def forward(self, obs: torch.Tensor, deterministic: bool = False, with_log_prob: bool = True):
         """Returns ``(action, log_prob)``; ``log_prob`` is None when not asked for."""
         mu, log_std = self.trunk(obs).chunk(2, dim=-1)

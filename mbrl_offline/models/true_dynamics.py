@@ -2,7 +2,7 @@
 
 `TrueDynamics` has the interface of `GaussianEnsembleDynamics` that generators and agents use
 (``step``, ``predict``, ``sample_next_observations``, ``elites``), so it drops in wherever the learned
-ensemble goes: ``algo.true_dynamics=true`` in the configs. It is one deterministic "member", so
+ensemble goes: ``generator.true_dynamics=true`` in the configs. It is one deterministic "member", so
 every dynamics-uncertainty estimate is exactly 0 (`mbrl_offline.models.uncertainty`): with it, MOPO's
 and MOBILE's penalties vanish, which is how the edge-of-reach paper (Sims et al. 2024, Table 1)
 separates model error from the edge-of-reach problem.
@@ -42,7 +42,7 @@ class TrueDynamics:
         info = get_env_info(env_name)
         if info.name not in SUPPORTED_ENVS:
             raise ConfigError(f"true dynamics are available for {', '.join(SUPPORTED_ENVS)}, not '{info.name}'; "
-                              f"use the learned model (algo.true_dynamics=false).")
+                              f"use the learned model (generator.true_dynamics=false).")
         self.env_name, self.obs_dim, self.act_dim = info.name, info.obs_dim, info.act_dim
         self.env = info.make().unwrapped
         self.env.reset(seed=0)

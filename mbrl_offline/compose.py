@@ -1,0 +1,60 @@
+"""A run from names and settings: the agent, its generator (the algorithm's published one unless another
+is given) and the trainer, composed by configuration with no special case for any pair.
+
+    from mbrl_offline import build_run, load_dataset
+    from mbrl_offline.generators import RolloutGeneratorConfig
+
+    dataset = load_dataset("hopper-medium")
+    build_run("ravl", dataset).train()                                               # RAVL as published
+    build_run("iql", dataset, generator_config=RolloutGeneratorConfig()).train()     # IQL on model rollouts
+
+``examples/train.py`` does the same from Hydra's config groups (``algo=iql generator=rollouts``).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from mbrl_offline.algorithms import get_algorithm
+from mbrl_offline.errors import ConfigError
+from mbrl_offline.generators import GENERATORS, build_generator
+from mbrl_offline.trainer import Trainer, TrainerConfig
+
+
+def check_pair(agent_cls, generator_config) -> None:
+    """Refuse, in one line, a generator whose data the agent cannot learn from (sequences for a
+    transition agent) and an agent whose losses need a dynamics model that the generator lacks."""
+    generator_cls = GENERATORS[generator_config.kind][1]
+    if generator_cls is not None and generator_cls.produces != agent_cls.consumes:
+        raise ConfigError(f"generator '{generator_config.kind}' produces {generator_cls.produces}, but "
+                          f"{agent_cls.name} learns from {agent_cls.consumes}; choose a generator that produces "
+                          f"{agent_cls.consumes}.")
+    if agent_cls.needs_dynamics and (generator_cls is None or not hasattr(generator_cls, "dynamics")):
+        raise ConfigError(f"{agent_cls.name}'s penalty needs the generator's dynamics model, and generator "
+                          f"'{generator_config.kind}' has none; use generator=rollouts, or leave generator unset "
+                          f"for {agent_cls.name}'s own.")
+
+
+def build_run(algo: str, dataset, algo_config=None, generator_config=None,
+              trainer_config: TrainerConfig = TrainerConfig(), device: str | torch.device = "cpu",
+              cache_dir: Optional[str | Path] = None, dynamics_path: Optional[str | Path] = None,
+              callbacks: Optional[list] = None) -> Trainer:
+    """The `Trainer` for algorithm ``algo`` on ``dataset`` (an `OfflineDataset` with an env).
+
+    ``algo_config``: the agent's settings (default: the algorithm's). ``generator_config``: a generator
+    config (`mbrl_offline.generators.GENERATORS`); None: the one the algorithm was published with
+    (``published_generator``). The generator's model is fitted on ``dataset`` or loaded from
+    ``dynamics_path`` or the cache in ``cache_dir``. Agents whose losses use the dynamics model (MOBILE)
+    get the generator's. The torch seed is set to ``trainer_config.seed`` before anything is built.
+    """
+    agent_cls, config_cls = get_algorithm(algo)
+    algo_config = algo_config if algo_config is not None else config_cls()
+    generator_config = generator_config if generator_config is not None else agent_cls.published_generator()
+    check_pair(agent_cls, generator_config)
+    torch.manual_seed(trainer_config.seed)
+    generator = build_generator(generator_config, dataset, device, cache_dir, dynamics_path, trainer_config.progress)
+    parts = {"dynamics": generator.dynamics} if agent_cls.needs_dynamics else {}
+    agent = agent_cls.for_dataset(dataset, algo_config, device, **parts)
+    return Trainer(agent, dataset, trainer_config, generator, callbacks)

@@ -1,0 +1,140 @@
+"""The four roles of the spine, written as typed protocols: what `mbrl_offline.trainer.Trainer` needs from
+an agent, a policy, a generator and a mixing rule, and nothing more.
+
+The trainer composes them: it asks the *generator* (if there is one) for synthetic data from the
+agent's *policy* on its schedule, draws each batch from the real and the synthetic buffer with the
+*mixing* rule, and hands it to the *agent*. Any agent meets any generator this way; nothing in the
+trainer names an algorithm. ``tests/test_agent_contract.py`` checks every registered agent against
+`Agent` and `Policy`, and every registered generator against `Generator`.
+
+The protocols are ``runtime_checkable``: ``isinstance(x, Agent)`` checks that the members exist (not
+their signatures); the type checker checks the rest.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+Batch = dict[str, torch.Tensor]
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """What a generator may ask of the policy it generates for.
+
+    ``sample`` gives actions for observations (stochastic where the policy is; a recurrent policy also
+    takes and returns its state, a feed-forward one returns ``None``); ``log_prob`` is log pi(a|s) of
+    given actions, differentiable in the actions, which guided generation (policy-guided diffusion)
+    follows. Observations and actions are tensors on the agent's device, in the env's units.
+    """
+
+    recurrent: bool  # whether ``sample`` carries a state from step to step
+
+    def initial_state(self, batch_size: int) -> Any:
+        """The state a rollout starts from (``None`` for a feed-forward policy)."""
+        ...
+
+    def sample(self, observations: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, Any]:
+        """``(actions (B, act_dim), next state)`` for observations ``(B, obs_dim)``."""
+        ...
+
+    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """log pi(a|s) ``(B,)``, differentiable in ``actions``."""
+        ...
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """A learner: the trainer calls ``update`` on each batch, ``act`` to evaluate it in the env, hands
+    ``policy`` to the generator, and saves ``state_dict`` in checkpoints.
+
+    Also expected: ``name`` (the registry's), ``config`` (a dataclass with ``batch_size``) and
+    ``device``; optionally ``on_epoch_end(epoch, total_epochs)`` for per-epoch schedules. Batches
+    carry the transition fields plus a bool ``synthetic`` column marking generated rows.
+    """
+
+    name: str
+    config: Any
+    device: torch.device
+
+    @property
+    def policy(self) -> Policy:
+        """The policy generators roll out."""
+        ...
+
+    def update(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One learning step; metrics as detached scalar tensors (no device sync needed)."""
+        ...
+
+    def act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
+        """Action(s) for one observation or a batch, as numpy: the policy's mode (evaluation in the real
+        env) or a sample. Callers pass ``deterministic``; the agents' defaults differ (SAC samples, as
+        data collection wants; TD3+BC and IQL give the mode)."""
+        ...
+
+    def state_dict(self) -> dict:
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        ...
+
+
+@runtime_checkable
+class Generator(Protocol):
+    """A producer of synthetic experience: built (fitted, or loaded from the cache) for a dataset, it
+    generates from a policy and the real data (start states or histories), and it has state the
+    checkpoint keeps.
+
+    ``config`` is its settings dataclass: ``config.every`` is the trainer's schedule (updates between
+    generations; 0: once, at the start) and ``config.mixing`` the rule for batches. ``buffer_capacity``
+    sizes the synthetic buffer (generated rows kept; the oldest go first).
+    """
+
+    config: Any
+
+    @property
+    def buffer_capacity(self) -> int:
+        ...
+
+    def generate(self, policy: Policy, real: Batch,
+                 rng: Optional[torch.Generator] = None) -> tuple[Batch, dict[str, float]]:
+        """Synthetic rows (transition fields, on the device) and statistics, from ``policy`` and the
+        real data ``real`` (every real row's fields, on the device)."""
+        ...
+
+    def state_dict(self) -> dict:
+        ...
+
+    def load_state_dict(self, state: dict) -> None:
+        ...
+
+
+@runtime_checkable
+class Mixing(Protocol):
+    """How a batch is drawn from the real and the synthetic buffer (`mbrl_offline.buffer.Mixing`)."""
+
+    def sample(self, real, synthetic, batch_size: int, rng: Optional[torch.Generator] = None) -> Batch:
+        """A batch of ``batch_size`` rows with the bool field ``synthetic``; all real while the
+        synthetic buffer is missing or empty."""
+        ...
+
+
+class FunctionPolicy:
+    """A feed-forward `Policy` from a function of observations to actions (a scripted or external
+    policy, or a test's). It has no density: ``log_prob`` raises, so guided generation refuses it."""
+
+    recurrent = False
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def initial_state(self, batch_size: int) -> None:
+        return None
+
+    def sample(self, observations: torch.Tensor, state: Any = None) -> tuple[torch.Tensor, None]:
+        return self.fn(observations), None
+
+    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        raise TypeError("a FunctionPolicy has no log-probability; guided generation needs the agent's policy.")
