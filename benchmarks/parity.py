@@ -79,7 +79,7 @@ def common_data(dataset_name: str):
     order = rng.permutation(len(data))
     holdout = np.sort(order[:HOLDOUT_ROWS])
     train = np.sort(order[HOLDOUT_ROWS:])
-    q_rows = np.sort(rng.choice(len(train), Q_ROWS, replace=False))
+    q_rows = np.sort(rng.choice(len(train), min(Q_ROWS, len(train)), replace=False))
     return data, data.subset(train), data.subset(holdout), q_rows
 
 

@@ -49,6 +49,15 @@ def _checked_rows(schema: Schema, fields: dict, device: torch.device, what: str)
     return {k: torch.as_tensor(fields[k], device=device, dtype=schema[k][1]) for k in schema}
 
 
+def _storage(capacity: int, obs_dim: int, act_dim: int, device, extra_fields: Optional[Schema]):
+    """``(capacity, device, schema, zeroed tensors of capacity rows per field)`` for a buffer."""
+    if capacity <= 0:
+        raise ValueError(f"buffer capacity must be positive, got {capacity}")
+    device, schema = torch.device(device), transition_schema(obs_dim, act_dim, extra_fields)
+    data = {key: torch.zeros((int(capacity), *shape), device=device, dtype=dtype) for key, (shape, dtype) in schema.items()}
+    return int(capacity), device, schema, data
+
+
 class TransitionBuffer:
     """A FIFO ring of ``capacity`` transitions with fields `TRANSITION_FIELDS` and ``extra_fields``.
 
@@ -58,12 +67,7 @@ class TransitionBuffer:
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, device: str | torch.device = "cpu",
                  extra_fields: Optional[Schema] = None):
-        if capacity <= 0:
-            raise ValueError(f"buffer capacity must be positive, got {capacity}")
-        self.capacity, self.device = int(capacity), torch.device(device)
-        self.schema = transition_schema(obs_dim, act_dim, extra_fields)
-        self.data = {key: torch.zeros((self.capacity, *shape), device=self.device, dtype=dtype)
-                     for key, (shape, dtype) in self.schema.items()}
+        self.capacity, self.device, self.schema, self.data = _storage(capacity, obs_dim, act_dim, device, extra_fields)
         self.size = 0  # rows filled
         self.cursor = 0  # next row to write
         self.total_added = 0  # rows ever added (for FIFO bookkeeping)
@@ -137,12 +141,7 @@ class SequenceBuffer:
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, device: str | torch.device = "cpu",
                  extra_fields: Optional[Schema] = None):
-        if capacity <= 0:
-            raise ValueError(f"buffer capacity must be positive, got {capacity}")
-        self.capacity, self.device = int(capacity), torch.device(device)
-        self.schema = transition_schema(obs_dim, act_dim, extra_fields)
-        self.data = {key: torch.zeros((self.capacity, *shape), device=self.device, dtype=dtype)
-                     for key, (shape, dtype) in self.schema.items()}
+        self.capacity, self.device, self.schema, self.data = _storage(capacity, obs_dim, act_dim, device, extra_fields)
         # for the row at absolute position a (stored at a % capacity): where its episode starts and ends
         self.episode_start = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
         self.episode_end = torch.zeros(self.capacity, dtype=torch.long, device=self.device)

@@ -78,3 +78,19 @@ def test_harnesses_refuse_bad_input_in_one_line(script, args, message, tmp_path)
                           cwd=tmp_path)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1
     assert not list(tmp_path.iterdir())  # nothing written
+
+
+@pytest.mark.parametrize("script, algo", [("vs_offlinerlkit.py", "mobile"), ("vs_official.py", "ravl")])
+def test_our_side_runs_end_to_end_at_a_tiny_budget(script, algo, tmp_path):
+    """Our side of each harness (the library as train.py composes it), on pendulum-medium: a 1-epoch
+    model, then 1 agent epoch of 20 updates; the result file holds the model measures and the curve."""
+    learn = ["--learn"] if script == "vs_official.py" else []
+    done = subprocess.run([sys.executable, str(BENCHMARKS / script), *learn, "--algo", algo, "--sides", "ours",
+                           "--dataset", "pendulum-medium", "--seeds", "0", "--dynamics-max-epochs", "1",
+                           "--epochs", "1", "--updates-per-epoch", "20", "--rollouts", "100", "--eval-episodes", "1",
+                           "--jobs", "1", "--results", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (result,) = tmp_path.glob(f"{algo}-pendulum-medium-seed0-ours.json")
+    run = json.loads(result.read_text())
+    assert run["model"]["epochs"] == 1 and len(run["curve"]) == 1 and np.isfinite(run["curve"][0]["q_mean"])
+    assert run["dynamics_config"]["max_epochs"] == 1
