@@ -134,8 +134,11 @@ def timed(fn, repeats: int, device: torch.device) -> list[float]:
     return times
 
 
-def random_transitions(n: int, device: torch.device) -> dict[str, torch.Tensor]:
-    return {"observations": torch.randn(n, OBS, device=device), "actions": torch.rand(n, ACT, device=device) * 2 - 1,
+def random_transitions(n: int, device: torch.device, extra_fields: dict = None) -> dict[str, torch.Tensor]:
+    """Random rows of the transition fields and of ``extra_fields`` (the generator's, e.g. ``member``)."""
+    extra = {name: torch.zeros((n, *shape), dtype=dtype, device=device)
+             for name, (shape, dtype) in (extra_fields or {}).items()}
+    return {**extra, "observations": torch.randn(n, OBS, device=device), "actions": torch.rand(n, ACT, device=device) * 2 - 1,
             "rewards": torch.randn(n, device=device), "next_observations": torch.randn(n, OBS, device=device),
             "terminals": torch.zeros(n, dtype=torch.bool, device=device),
             "timeouts": torch.zeros(n, dtype=torch.bool, device=device)}
@@ -146,8 +149,9 @@ def bench_updates(device, repeats: int, updates: int = 200, config: RAVLConfig =
     generator = RAVL.published_generator()
     real = TransitionBuffer(1_000_000, OBS, ACT, device)
     real.add(**random_transitions(1_000_000, device))
-    synthetic = TransitionBuffer(generator.rollout.buffer_capacity, OBS, ACT, device)
-    synthetic.add(**random_transitions(generator.rollout.buffer_capacity, device))
+    synthetic = TransitionBuffer(generator.rollout.buffer_capacity, OBS, ACT, device,
+                                 extra_fields=generator.rollout.extra_fields)  # as the trainer keeps it
+    synthetic.add(**random_transitions(generator.rollout.buffer_capacity, device, generator.rollout.extra_fields))
     mixing = Mixing(generator.mixing)
     rng = torch.Generator(device=device).manual_seed(0)
 
@@ -203,7 +207,7 @@ def bench_rollouts(device, repeats: int):
     agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), RAVLConfig(), device)
     model = GaussianEnsembleDynamics(OBS, ACT, RAVL.published_generator().dynamics).to(device)
     rollouts = BranchedRollouts(model, never, RolloutConfig())
-    buffer = TransitionBuffer(rollouts.buffer_capacity, OBS, ACT, device)
+    buffer = TransitionBuffer(rollouts.buffer_capacity, OBS, ACT, device, extra_fields=rollouts.config.extra_fields)
     starts_from = torch.randn(1_000_000, OBS, device=device)
     rng = torch.Generator(device=device).manual_seed(0)
 

@@ -89,7 +89,9 @@ class Generator(Protocol):
 
     ``config`` is its settings dataclass: ``config.every`` is the trainer's schedule (updates between
     generations; 0: once, at the start) and ``config.mixing`` the rule for batches. ``buffer_capacity``
-    sizes the synthetic buffer (generated rows kept; the oldest go first).
+    sizes the synthetic buffer (generated rows kept; the oldest go first); ``extra_fields`` declares
+    the fields its rows carry besides the transition's (`mbrl_offline.buffer.transition_schema`: the
+    member that produced a row, its uncertainty, ...), which the synthetic buffer keeps.
     """
 
     config: Any
@@ -98,9 +100,13 @@ class Generator(Protocol):
     def buffer_capacity(self) -> int:
         ...
 
+    @property
+    def extra_fields(self) -> dict:
+        ...
+
     def generate(self, policy: Policy, real: Batch,
                  rng: Optional[torch.Generator] = None) -> tuple[Batch, dict[str, float]]:
-        """Synthetic rows (transition fields, on the device) and statistics, from ``policy`` and the
+        """Synthetic rows (transition fields and ``extra_fields``, on the device) and statistics, from ``policy`` and the
         real data ``real`` (every real row's fields, on the device)."""
         ...
 

@@ -80,7 +80,8 @@ class Trainer:
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
         self.real = TransitionBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
         self.real.add_dataset(dataset)
-        self.synthetic = (TransitionBuffer(generator.buffer_capacity, dataset.obs_dim, dataset.act_dim, self.device)
+        self.synthetic = (TransitionBuffer(generator.buffer_capacity, dataset.obs_dim, dataset.act_dim, self.device,
+                                           extra_fields=generator.extra_fields)
                           if generator is not None else None)
         self.mixing = Mixing(generator.config.mixing if generator is not None else MixingConfig(rule="fraction",
                                                                                               real_ratio=1.0))

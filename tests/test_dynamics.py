@@ -326,13 +326,13 @@ def test_shared_bounds_fit_and_keep_their_last_values():
     config = dataclasses.replace(SMALL, logvar_bounds="shared", bootstrap="once", input_clip=None, max_epochs=8)
     model = GaussianEnsembleDynamics(3, 1, config)
     seen = {}
-    original = model._copy_members
+    original = model.copy_members
 
     def spy(state, members):  # the bounds' values at the end of each epoch's improvement check
         seen["max_logvar"] = model.max_logvar.detach().clone()
         original(state, members)
 
-    model._copy_members = spy
+    model.copy_members = spy
     log = model.fit(data, progress=False)
     assert model.max_logvar.shape == (1, 1, 4) and len(log) >= 2
     assert not torch.equal(model.max_logvar, torch.full((1, 1, 4), 0.5))  # trained
@@ -353,3 +353,123 @@ def test_models_saved_before_the_recipes_load_with_per_member_bounds(tmp_path):
     assert loaded.config.logvar_bounds == "member" and loaded.config.bootstrap == "every_epoch"
     x = torch.randn(5, 4)
     torch.testing.assert_close(loaded(x), model(x))
+
+
+def test_leaky_relu_layer_norm_members_are_independent_networks():
+    """NEUBAY's member: Linear -> LayerNorm (affine, per member) -> LeakyReLU (slope 0.01)."""
+    torch.manual_seed(0)
+    model = GaussianEnsembleDynamics(3, 1, dataclasses.replace(SMALL, activation="leaky_relu", layer_norm=True))
+    with torch.no_grad():
+        for norm in model.norms:
+            norm.weight.normal_()
+            norm.bias.normal_()
+    x = torch.randn(6, 4)
+    mean, _ = model(x)
+    for i in range(4):
+        h = x
+        for layer, norm in zip(model.hidden, model.norms):
+            h = torch.nn.functional.layer_norm(h @ layer.weight[i] + layer.bias[i], (32,))
+            h = torch.nn.functional.leaky_relu(h * norm.weight[i] + norm.bias[i], 0.01)
+        torch.testing.assert_close(mean[i], (h @ model.head.weight[i] + model.head.bias[i])[:, :4])
+    assert not model.hand_written_step
+
+
+def test_fixed_logvar_bounds_are_neither_learned_nor_penalised():
+    data = linear_gaussian_data(n=1500)
+    torch.manual_seed(0)
+    config = dataclasses.replace(SMALL, logvar_bounds="fixed", logvar_min=-10.0, logvar_max=0.5, max_epochs=4)
+    model = GaussianEnsembleDynamics(3, 1, config)
+    assert not model.hand_written_step
+    model.fit(data, progress=False)
+    assert (model.max_logvar == 0.5).all() and (model.min_logvar == -10.0).all()
+    assert not model.max_logvar.requires_grad and model.max_logvar.shape == (1, 1, 4)
+    x, y = torch.randn(8, 4), torch.randn(4, 8, 4)
+    mean, logvar = model(x)
+    assert (logvar <= 0.5).all() and (logvar >= -10.0).all()
+    nll = ((mean - y).pow(2) * torch.exp(-logvar) + logvar).mean(dim=(1, 2)).sum()
+    torch.testing.assert_close(model.loss(x, y), nll)  # no bound penalty
+    with pytest.raises(m.ConfigError, match="activation"):
+        DynamicsConfig(activation="tanh")
+    with pytest.raises(m.ConfigError, match="logvar_min"):
+        DynamicsConfig(logvar_min=1.0, logvar_max=0.5)
+
+
+def _ops_in_one_training_batch(members: int, **settings) -> dict:
+    """aten operators called by one of `fit`'s training batches (step and Adam), counted by name."""
+    from collections import Counter
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Count(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops[str(func.overloadpacket)] += 1
+            return func(*args, **(kwargs or {}))
+
+    config = dataclasses.replace(SMALL, ensemble_size=members, num_elites=min(members, 100), max_epochs=1, **settings)
+    model = GaussianEnsembleDynamics(3, 1, config)
+    counted = {}
+    original = torch.optim.Adam.step
+
+    def step(optimizer, *args, **kwargs):  # the second batch's ops: the first allocates Adam's state
+        counted["batches"] = counted.get("batches", 0) + 1
+        if counted["batches"] == 2:
+            counted["ops"] = mode.ops.copy()
+        return original(optimizer, *args, **kwargs)
+
+    mode = Count()
+    torch.optim.Adam.step = step
+    try:
+        with mode:
+            model.fit(linear_gaussian_data(n=600), progress=False)
+    finally:
+        torch.optim.Adam.step = original
+    return counted["ops"]
+
+
+@pytest.mark.parametrize("settings", [{}, {"activation": "leaky_relu", "layer_norm": True, "logvar_bounds": "fixed"}])
+def test_a_128_member_ensemble_trains_as_one_batched_computation(settings):
+    """The operators of a training batch do not depend on the ensemble's size: no loop over members."""
+    torch.manual_seed(0)
+    assert _ops_in_one_training_batch(4, **settings) == _ops_in_one_training_batch(128, **settings)
+
+
+def test_a_128_member_posterior_fits_and_keeps_its_100_best_members():
+    torch.manual_seed(0)
+    config = dataclasses.replace(SMALL, ensemble_size=128, num_elites=100, activation="leaky_relu", layer_norm=True,
+                                 logvar_bounds="fixed", logvar_min=-10.0, logvar_max=0.5, max_epochs=8,
+                                 holdout_ratio=0.2, max_holdout=1000, bootstrap="none")
+    model = GaussianEnsembleDynamics(3, 1, config)
+    log = model.fit(linear_gaussian_data(n=1500), progress=False)
+    best = torch.tensor(log[-1]["best_holdout_mse"])
+    assert best.shape == (128,) and log[-1]["best_holdout_mse"] < log[0]["holdout_mse"]
+    assert len(model.elites) == 100 and set(model.elites.tolist()) == set(torch.argsort(best)[:100].tolist())
+    # each member ends with its best snapshot: its holdout error is its best one
+    obs, act = torch.randn(4, 3), torch.randn(4, 1)
+    assert model.predict(obs, act, elites_only=True)[0].shape == (100, 4, 4)
+
+
+def test_early_stopping_snapshots_improving_members_and_lowers_the_rate_once_before_min_epochs():
+    from mbrl_offline.models.fitting import EarlyStopping, select_elites
+
+    class Members(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = torch.nn.Parameter(torch.zeros(3, 1))
+
+        def copy_members(self, state, members):
+            state["w"][members] = self.w.detach()[members]
+
+    model = Members()
+    stop = EarlyStopping(model, torch.tensor([1.0, 1.0, 1.0]), improvement_threshold=0.01, patience=2, min_epochs=5)
+    with torch.no_grad():
+        model.w[:] = torch.tensor([[1.0], [2.0], [3.0]])
+    assert stop.step(1, torch.tensor([0.5, 0.995, 2.0])) == "continue"  # member 0 improves; 1 by only 0.5%
+    assert stop.best_state["w"].squeeze(1).tolist() == [1.0, 0.0, 0.0]
+    assert stop.best_mse.tolist() == [0.5, 1.0, 1.0]
+    assert stop.step(2, torch.tensor([0.5, 1.0, 1.0])) == "continue"
+    assert stop.step(3, torch.tensor([0.5, 1.0, 1.0])) == "lower_lr"  # patience out before min_epochs
+    assert [stop.step(e, torch.ones(3)) for e in (4, 5)] == ["continue", "stop"]
+    assert select_elites(torch.tensor([0.3, 0.1, 0.2]), 2).tolist() == [1, 2]

@@ -110,3 +110,45 @@ def test_fixed_counts_mixing_takes_the_same_rows_every_batch(device):
     assert int(batch["synthetic"].sum()) == 240
     with pytest.raises(ConfigError, match="mixing.real_rows = 300 is more than the batch of 256"):
         Mixing(MixingConfig(rule="counts", real_rows=300)).sample(real, synthetic, 256)
+
+
+def test_step_takes_each_rows_member_from_the_caller(device):
+    model = constant_model(members=4, elites=(0, 2)).to(device)
+    obs, act = torch.zeros(6, 3, device=device), torch.zeros(6, 1, device=device)
+    members = torch.tensor([3, 1, 3, 0, 1, 3], device=device)  # not only elites: any member
+    for uncertainty in (False, True):
+        out = model.step(obs, act, torch.Generator(device).manual_seed(0), uncertainty=uncertainty, members=members)
+        assert out["member"].tolist() == members.tolist()
+        torch.testing.assert_close(out["rewards"].cpu(), (members + 1).float().cpu(), atol=1e-4, rtol=0)
+    with pytest.raises(ValueError, match="one index per row"):
+        model.step(obs, act, members=members[:3])
+
+
+@pytest.mark.parametrize("member", ["step", "rollout"])
+def test_rollouts_keep_the_member_of_each_row_and_can_fix_it_per_rollout(member, device):
+    model = constant_model(members=4, elites=(0, 1, 2, 3)).to(device)
+    policy = FunctionPolicy(lambda obs: torch.zeros(len(obs), 1, device=device))
+    rollouts = BranchedRollouts(model, never, RolloutConfig(horizon=6, rollouts_per_epoch=500, member=member))
+    batch, _ = rollouts.rollout(policy, torch.zeros(500, 3, device=device), torch.Generator(device).manual_seed(0))
+    assert set(rollouts.config.extra_fields) == {"member"}
+    by_step = batch["member"].view(6, 500).cpu()  # no terminals: step t holds rows t * 500 ... of every rollout
+    torch.testing.assert_close(batch["rewards"].cpu(), (batch["member"] + 1).float().cpu(), atol=1e-4, rtol=0)
+    same_member = (by_step == by_step[0]).all(0).float().mean().item()
+    assert same_member == 1.0 if member == "rollout" else same_member < 0.01  # (1/4)^5 of rollouts by chance
+    with pytest.raises(ConfigError, match="rollout.member"):
+        RolloutConfig(member="episode")
+
+
+def test_rollouts_keep_their_uncertainties_as_extra_fields(device):
+    model = constant_model(members=4, elites=(0, 2)).to(device)
+    policy = FunctionPolicy(lambda obs: torch.zeros(len(obs), 1, device=device))
+    config = RolloutConfig(horizon=2, rollouts_per_epoch=50, penalty="disagreement", penalty_coef=0.5)
+    batch, stats = BranchedRollouts(model, never, config).rollout(policy, torch.zeros(50, 3, device=device))
+    assert set(config.extra_fields) == {"member", "aleatoric", "disagreement", "epistemic", "model_rewards"}
+    assert set(batch) == {"observations", "actions", "rewards", "next_observations", "terminals", "timeouts",
+                          *config.extra_fields}
+    torch.testing.assert_close(batch["rewards"], batch["model_rewards"] - 0.5 * batch["disagreement"])
+    assert stats["disagreement_mean"] == pytest.approx(batch["disagreement"].mean().item())
+    buffer = TransitionBuffer(100, 3, 1, device, extra_fields=config.extra_fields)
+    buffer.add(**batch)  # the synthetic buffer keeps them
+    assert buffer.sample(10)["member"].dtype == torch.long

@@ -132,3 +132,16 @@ def test_budgets_set_each_run_what_fits_it_and_the_command_line_wins():
     assert trainer.epochs * trainer.updates_per_epoch == 1_000_000
     generator, trainer = parts("algo=ravl")
     assert trainer.epochs * trainer.updates_per_epoch == 3_000_000 and generator.every == 1000
+
+
+def test_a_budget_condition_without_a_value_is_refused_in_one_line():
+    from omegaconf import OmegaConf
+
+    from mbrl_offline.cli import budget_overrides
+    from mbrl_offline.errors import ConfigError
+
+    cfg = OmegaConf.create({"algo": {"name": "td3bc"}, "budget": {"when": {"algo.name": {"trainer": {"epochs": 3}}}}})
+    with pytest.raises(ConfigError, match=r"budget.when key 'algo.name' must read '<setting>=<value>'"):
+        budget_overrides(cfg)
+    cfg.budget.when = {"algo.name=td3bc": {"trainer": {"epochs": 3}}, "algo.name=iql": {"trainer": {"epochs": 4}}}
+    assert budget_overrides(cfg) == ["trainer.epochs=3"]

@@ -1,8 +1,9 @@
 """Branched short model rollouts (MBPO; used by MOPO, MOBILE and RAVL).
 
 Each call starts ``rollouts_per_epoch`` rollouts from dataset states and runs them ``horizon`` steps
-in the dynamics ensemble with the current stochastic policy (`mbrl_offline.roles.Policy.sample`). Every (row, step) uses an elite drawn
-uniformly at random; next states and rewards are sampled from it; a rollout stops where the env's
+in the dynamics ensemble with the current stochastic policy (`mbrl_offline.roles.Policy.sample`).
+Every (row, step) uses an elite drawn uniformly at random (or, with ``member="rollout"``, each
+rollout one elite for its whole length); next states and rewards are sampled from it; a rollout stops where the env's
 termination function says the next state is terminal (that last transition is kept, with
 ``terminals`` set). Rollouts cut by the horizon are not terminal: their targets bootstrap.
 
@@ -43,6 +44,7 @@ from mbrl_offline.roles import Policy
 PENALTIES = ("none", "aleatoric", "disagreement", "epistemic")
 PLANNERS = ("policy", "upmpc")
 UNCERTAINTIES = ("aleatoric", "disagreement", "epistemic")
+MEMBERS = ("step", "rollout")
 
 
 @dataclass
@@ -51,6 +53,9 @@ class RolloutConfig:
     rollouts_per_epoch: int = 50_000  # start states per generation (RAVL, MOPO: one generation per 1000 updates)
     retain_epochs: int = 5  # the synthetic buffer holds this many generations' worth of transitions
     deterministic_model: bool = False  # use the members' means instead of sampling (RAVL samples)
+    # Which elite produces each transition: "step" (one drawn at random per row and step: MBPO, RAVL,
+    # MOPO, MOBILE) or "rollout" (one drawn at the rollout's start and kept for its whole length).
+    member: str = "step"
     uncertainty: bool = False  # log per-transition uncertainty (costs every member on every row)
     # Reward penalty r - penalty_coef * u on model transitions: none, aleatoric (MOPO: max over members
     # of the predicted std's norm), disagreement (COPlanner's sampled ensemble std), epistemic.
@@ -65,6 +70,8 @@ class RolloutConfig:
                 raise ConfigError(f"rollout.{name} must be at least 1, got {getattr(self, name)}.")
         if self.penalty not in PENALTIES:
             raise ConfigError(f"unknown rollout.penalty '{self.penalty}'; choose one of {', '.join(PENALTIES)}.")
+        if self.member not in MEMBERS:
+            raise ConfigError(f"unknown rollout.member '{self.member}'; choose one of {', '.join(MEMBERS)}.")
         if self.planner not in PLANNERS:
             raise ConfigError(f"unknown rollout.planner '{self.planner}'; choose one of {', '.join(PLANNERS)}.")
         if self.penalty_coef < 0:
@@ -73,6 +80,17 @@ class RolloutConfig:
     @property
     def buffer_capacity(self) -> int:
         return self.rollouts_per_epoch * self.horizon * self.retain_epochs
+
+    @property
+    def extra_fields(self) -> dict:
+        """The fields each generated row carries besides the transition's: the member that produced it,
+        and the uncertainties (and the unpenalised reward) when they are computed."""
+        fields = {"member": ((), torch.long)}
+        if self.uncertainty or self.penalty != "none":
+            fields.update({key: ((), torch.float32) for key in UNCERTAINTIES})
+        if self.penalty != "none":
+            fields["model_rewards"] = ((), torch.float32)
+        return fields
 
 
 class BranchedRollouts:
@@ -86,6 +104,10 @@ class BranchedRollouts:
     @property
     def buffer_capacity(self) -> int:
         return self.config.buffer_capacity
+
+    @property
+    def extra_fields(self) -> dict:
+        return self.config.extra_fields
 
     def state_dict(self) -> dict:
         return {"dynamics": self.dynamics.state_dict()}
@@ -112,9 +134,9 @@ class BranchedRollouts:
                 generator: Optional[torch.Generator] = None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """Roll out ``policy`` (its ``sample``: feed-forward, stochastic) from each start state.
 
-        Returns the transitions (fields of `mbrl_offline.buffer.TRANSITION_FIELDS`, on the device) and
-        statistics: transitions, mean rollout length, mean reward, fraction of rollouts terminated,
-        and the mean uncertainties when ``config.uncertainty`` is set.
+        Returns the transitions (fields of `mbrl_offline.buffer.TRANSITION_FIELDS` and `extra_fields`,
+        on the device) and statistics: transitions, mean rollout length, mean reward, fraction of
+        rollouts terminated, and the mean uncertainties when they are computed.
         """
         cfg = self.config
         steps: list[dict[str, torch.Tensor]] = []
@@ -127,25 +149,33 @@ class BranchedRollouts:
         def sample(observations: torch.Tensor) -> torch.Tensor:
             return policy.sample(observations)[0]
 
+        members = None
+        if cfg.member == "rollout":  # one elite per rollout, kept while it runs
+            elites = self.dynamics.elites
+            members = elites[torch.randint(0, len(elites), (len(obs),), device=obs.device, generator=generator)]
         for _ in range(cfg.horizon):
             if cfg.planner == "upmpc":
                 actions = upmpc_actions(self.dynamics, sample, obs, cfg.upmpc, generator, cfg.deterministic_model)
             else:
                 actions = sample(obs)
             model = self.dynamics.step(obs, actions, generator, deterministic=cfg.deterministic_model,
-                                       uncertainty=uncertainty)
+                                       uncertainty=uncertainty, members=members)
             next_obs, rewards = model["next_observations"], model["rewards"]
             finite = torch.isfinite(next_obs).all(-1) & torch.isfinite(rewards)
             terminals = self.termination_fn(next_obs) & finite
             step = {"observations": obs, "actions": actions, "rewards": rewards, "next_observations": next_obs,
-                    "terminals": terminals, **{k: model[k] for k in UNCERTAINTIES if k in model}}
+                    "terminals": terminals, "member": model["member"],
+                    **{k: model[k] for k in UNCERTAINTIES if k in model}}
             if cfg.penalty != "none":
                 step["model_rewards"] = rewards
                 step["rewards"] = rewards - cfg.penalty_coef * model[cfg.penalty]
             if not bool(finite.all()):
                 step = {k: v[finite] for k, v in step.items()}
             steps.append(step)
-            obs = next_obs[finite & ~terminals]
+            alive = finite & ~terminals
+            obs = next_obs[alive]
+            if members is not None:
+                members = members[alive]
             if len(obs) == 0:
                 break
         batch = {k: torch.cat([s[k] for s in steps]) for k in steps[0]}
@@ -159,7 +189,7 @@ class BranchedRollouts:
         }
         for key in (*UNCERTAINTIES, "model_rewards"):
             if key in batch:
-                stats[f"{key}_mean"] = batch.pop(key).mean().item() if n else float("nan")
+                stats[f"{key}_mean"] = batch[key].mean().item() if n else float("nan")
         return batch, stats
 
 

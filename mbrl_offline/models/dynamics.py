@@ -38,6 +38,14 @@ the rollout rewards and the agents' Q agree within 3-4%, but the shared upper lo
 lower here (about -3.5 against -2.5 for RAVL's recipe, -2.6 against -1.9 for OfflineRL-Kit's; equal
 on halfcheetah-medium), for a reason not found yet.
 
+Options beyond both codes, for other methods' ensembles (NEUBAY's posterior: 128 members, LayerNorm,
+LeakyReLU, fixed log-variance bounds): ``activation`` (SiLU or LeakyReLU), ``layer_norm``,
+``logvar_bounds="fixed"`` with ``logvar_min``/``logvar_max``, and ``step(..., members=)``, which
+takes the member of each row from the caller (one member for a whole rollout) instead of drawing an
+elite per row and step. SiLU models without LayerNorm and with learned bounds train with a
+hand-written step (`_SiLUEnsembleTrainingStep`); the others through autograd. Fitting, early stopping
+and elite selection are `mbrl_offline.models.fitting`'s, for any member-batched ensemble.
+
 Deliberate differences from both codes:
 
 * Inputs are standardised with the mean and (unbiased) std of the training inputs (the official RAVL
@@ -48,9 +56,7 @@ Deliberate differences from both codes:
 """
 from __future__ import annotations
 
-import copy
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
@@ -62,13 +68,15 @@ from torch import nn
 from mbrl_offline.cache import cache_root, load_or_fit
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
+from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
 from mbrl_offline.models.uncertainty import (max_aleatoric_std, mean_disagreement, sample_members,
                                             sampled_disagreement)
-from mbrl_offline.utils import CUDAGraphed, atomic_torch_save, progress_bar
+from mbrl_offline.utils import CUDAGraphed, atomic_torch_save
 
 
 BOOTSTRAP = ("every_epoch", "once", "none")
-LOGVAR_BOUNDS = ("member", "shared")
+LOGVAR_BOUNDS = ("member", "shared", "fixed")
+ACTIVATIONS = {"silu": nn.functional.silu, "leaky_relu": nn.functional.leaky_relu}  # leaky_relu: slope 0.01
 
 
 @dataclass
@@ -77,15 +85,20 @@ class DynamicsConfig:
     num_elites: int = 5  # members used for prediction: the lowest holdout MSE
     hidden_size: int = 200
     hidden_layers: int = 4
-    layer_norm: bool = False  # LayerNorm after each hidden layer (used by some later agents)
+    activation: str = "silu"  # of the hidden layers: silu (MBPO, RAVL, OfflineRL-Kit) or leaky_relu (slope 0.01, NEUBAY)
+    layer_norm: bool = False  # LayerNorm (affine, per member) after each hidden layer's linear map (NEUBAY)
     learning_rate: float = 1e-3
     # L2 weight decay of each layer's weights (hidden layers, then the output head), as in RAVL.
     weight_decay: tuple = (2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4)
     logvar_bound_coef: float = 0.01  # weight of the penalty that keeps the learned log-variance bounds tight
     # The learned log-variance bounds: "shared" (one pair for all members, which every member's NLL
     # pulls on and which keeps its last value: the official RAVL code's Ensemble and OfflineRL-Kit's
-    # EnsembleDynamicsModel) or "member" (each member its own pair, restored with the member's snapshot).
+    # EnsembleDynamicsModel), "member" (each member its own pair, restored with the member's snapshot)
+    # or "fixed" (not learned and not penalised: the log-variance is soft-clamped to [logvar_min,
+    # logvar_max]; NEUBAY's log-std in [-5, 0.25] is log-variance in [-10, 0.5]).
     logvar_bounds: str = "shared"
+    logvar_min: float = -10.0  # the lower bound's value: learned bounds start there, fixed ones stay
+    logvar_max: float = 0.5  # the upper bound's value, likewise
     # Weights start from a normal with std 1/(2 sqrt(fan_in)) cut at ±init_truncation stds (RAVL: 2);
     # None: not cut (OfflineRL-Kit calls trunc_normal_ with its default cut at ±2 absolute, ~57 stds).
     init_truncation: Optional[float] = 2.0
@@ -109,6 +122,10 @@ class DynamicsConfig:
             self.bootstrap = "every_epoch" if self.bootstrap else "none"
         if self.bootstrap not in BOOTSTRAP:
             raise ConfigError(f"unknown dynamics bootstrap '{self.bootstrap}'; choose one of {', '.join(BOOTSTRAP)}.")
+        if self.activation not in ACTIVATIONS:
+            raise ConfigError(f"unknown dynamics activation '{self.activation}'; choose one of {', '.join(ACTIVATIONS)}.")
+        if not self.logvar_min < self.logvar_max:
+            raise ConfigError(f"dynamics logvar_min ({self.logvar_min}) must be below logvar_max ({self.logvar_max}).")
         if self.logvar_bounds not in LOGVAR_BOUNDS:
             raise ConfigError(f"unknown dynamics logvar_bounds '{self.logvar_bounds}'; choose one of "
                               f"{', '.join(LOGVAR_BOUNDS)}.")
@@ -124,18 +141,19 @@ class DynamicsConfig:
 DYNAMICS_RECIPES = {
     # The official RAVL code (anyasims/edge-of-reach, train_dynamics_model.py; MBPO's recipe). Both
     # codes keep one pair of log-variance bounds for all members, out of the members' snapshots.
-    "ravl": dict(ensemble_size=7, num_elites=5, hidden_size=200, hidden_layers=4, layer_norm=False,
+    "ravl": dict(ensemble_size=7, num_elites=5, hidden_size=200, hidden_layers=4, activation="silu", layer_norm=False,
                  learning_rate=1e-3, weight_decay=(2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4), logvar_bound_coef=0.01,
-                 logvar_bounds="shared", init_truncation=2.0, batch_size=256, holdout_ratio=0.2, max_holdout=None,
+                 logvar_bounds="shared", logvar_min=-10.0, logvar_max=0.5, init_truncation=2.0, batch_size=256, holdout_ratio=0.2, max_holdout=None,
                  bootstrap="every_epoch", max_epochs=2000, min_epochs=350, patience=5,
                  improvement_threshold=0.01, input_clip=10.0),
     # OfflineRL-Kit's EnsembleDynamicsModel and EnsembleDynamics.train as run_mopo.py and run_mobile.py
     # call them: one bootstrap resample per member reshuffled each epoch, holdout min(20%, 1000) rows,
     # no input clipping, no minimum epochs (run_mobile.py caps training at 30 epochs: MOBILE's config),
     # an init normal that is not cut.
-    "offlinerlkit": dict(ensemble_size=7, num_elites=5, hidden_size=200, hidden_layers=4, layer_norm=False,
-                         learning_rate=1e-3, weight_decay=(2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4),
-                         logvar_bound_coef=0.01, logvar_bounds="shared", init_truncation=None, batch_size=256,
+    "offlinerlkit": dict(ensemble_size=7, num_elites=5, hidden_size=200, hidden_layers=4, activation="silu",
+                         layer_norm=False, learning_rate=1e-3, weight_decay=(2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4),
+                         logvar_bound_coef=0.01, logvar_bounds="shared", logvar_min=-10.0, logvar_max=0.5,
+                         init_truncation=None, batch_size=256,
                          holdout_ratio=0.2,
                          max_holdout=1000, bootstrap="once", max_epochs=2000, min_epochs=0, patience=5,
                          improvement_threshold=0.01, input_clip=None),
@@ -170,8 +188,10 @@ class GaussianEnsembleDynamics(nn.Module):
         # Learnable bounds of the log-variance: one pair for all members (both official codes) or one
         # pair per member, shaped to broadcast over (members, rows, outputs).
         bounds = n if config.logvar_bounds == "member" else 1
-        self.max_logvar = nn.Parameter(torch.full((bounds, 1, out_dim), 0.5))
-        self.min_logvar = nn.Parameter(torch.full((bounds, 1, out_dim), -10.0))
+        learned = config.logvar_bounds != "fixed"
+        self.max_logvar = nn.Parameter(torch.full((bounds, 1, out_dim), config.logvar_max), requires_grad=learned)
+        self.min_logvar = nn.Parameter(torch.full((bounds, 1, out_dim), config.logvar_min), requires_grad=learned)
+        self.activation = ACTIVATIONS[config.activation]
         self.register_buffer("input_mean", torch.zeros(in_dim))
         self.register_buffer("input_std", torch.ones(in_dim))
         self.register_buffer("elites", torch.arange(config.num_elites))
@@ -197,7 +217,7 @@ class GaussianEnsembleDynamics(nn.Module):
         for every member (M = N) or for the given ``members`` (indices, M = len(members))."""
         for layer, norm in zip(self.hidden, self.norms):
             x = layer(x, members)
-            x = nn.functional.silu(x if isinstance(norm, nn.Identity) else norm(x, members))
+            x = self.activation(x if isinstance(norm, nn.Identity) else norm(x, members))
         mean, logvar = self.head(x, members).chunk(2, dim=-1)
         max_logvar, min_logvar = ((self.max_logvar, self.min_logvar) if members is None or len(self.max_logvar) == 1
                                   else (self.max_logvar[members], self.min_logvar[members]))
@@ -220,11 +240,15 @@ class GaussianEnsembleDynamics(nn.Module):
 
     @torch.no_grad()
     def step(self, obs: torch.Tensor, act: torch.Tensor, generator: Optional[torch.Generator] = None,
-             deterministic: bool = False, uncertainty: bool = False) -> dict[str, torch.Tensor]:
-        """One model step for a batch: each row uses an elite drawn uniformly at random (MBPO/RAVL),
-        and the next state and reward are sampled from it (its mean if ``deterministic``).
+             deterministic: bool = False, uncertainty: bool = False,
+             members: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        """One model step for a batch: each row uses the member ``members[b]`` (indices into the whole
+        ensemble, e.g. one member fixed for a whole rollout) or, without ``members``, an elite drawn
+        uniformly at random (MBPO/RAVL); the next state and reward are sampled from it (its mean if
+        ``deterministic``).
 
-        Returns ``next_observations`` ``(B, obs_dim)`` and ``rewards`` ``(B,)``. With ``uncertainty``
+        Returns ``next_observations`` ``(B, obs_dim)``, ``rewards`` ``(B,)`` and ``member`` ``(B,)``, the
+        member each row used. With ``uncertainty``
         every member is evaluated, and each row also gets (`mbrl_offline.models.uncertainty`):
         ``aleatoric`` (MOPO's max over all members of the predicted std's norm), ``disagreement``
         (COPlanner's mean over outputs of the std over all members of one sample each; the row's own
@@ -235,18 +259,27 @@ class GaussianEnsembleDynamics(nn.Module):
         """
         rows, elites = len(obs), self.elites
         x = self.normalise(obs, act)
-        choice = torch.randint(0, len(elites), (rows,), device=obs.device, generator=generator)
+        if members is None:
+            choice = torch.randint(0, len(elites), (rows,), device=obs.device, generator=generator)
+            pick = elites[choice]
+        else:
+            pick = members.to(device=obs.device, dtype=torch.long)
+            if pick.shape != (rows,):
+                raise ValueError(f"members needs one index per row, shape ({rows},); got {tuple(pick.shape)}")
         if uncertainty:
             mean, logvar = self(x)  # (N, B, out): MOPO and COPlanner measure over every member
-            pick, row = elites[choice], torch.arange(rows, device=obs.device)
+            row = torch.arange(rows, device=obs.device)
             chosen_mean, chosen_logvar = mean[pick, row], logvar[pick, row]
-        else:
-            chosen_mean, chosen_logvar = self._grouped_forward(x, choice)
+        elif members is None:
+            chosen_mean, chosen_logvar = self._grouped_forward(x, choice, elites)
+        else:  # the members in use, each row grouped with its own
+            used, choice = torch.unique(pick, return_inverse=True)
+            chosen_mean, chosen_logvar = self._grouped_forward(x, choice, used)
         out = chosen_mean
         if not deterministic:
             noise = torch.randn(chosen_mean.shape, device=obs.device, generator=generator)
             out = chosen_mean + noise * (0.5 * chosen_logvar).exp()
-        result = {"next_observations": obs + out[:, :-1], "rewards": out[:, -1]}
+        result = {"next_observations": obs + out[:, :-1], "rewards": out[:, -1], "member": pick}
         if uncertainty:
             samples = mean.clone() if deterministic else sample_members(mean, logvar, generator)
             samples[pick, row] = out
@@ -255,10 +288,11 @@ class GaussianEnsembleDynamics(nn.Module):
             result["epistemic"] = mean_disagreement(mean)
         return result
 
-    def _grouped_forward(self, x: torch.Tensor, choice: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each row ``x[b]`` through elite ``elites[choice[b]]`` only, in one batched pass."""
-        groups = MemberGroups(choice, len(self.elites))
-        mean, logvar = self(groups.group(x), self.elites)
+    def _grouped_forward(self, x: torch.Tensor, choice: torch.Tensor, members: torch.Tensor
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each row ``x[b]`` through member ``members[choice[b]]`` only, in one batched pass."""
+        groups = MemberGroups(choice, len(members))
+        mean, logvar = self(groups.group(x), members)
         return groups.ungroup(mean), groups.ungroup(logvar)
 
     # -------------------------------------------------------------------------------- training
@@ -266,6 +300,8 @@ class GaussianEnsembleDynamics(nn.Module):
         """Gaussian NLL (without constants) summed over members, plus the log-variance bound penalty."""
         mean, logvar = self(x)
         nll = ((mean - y).pow(2) * torch.exp(-logvar) + logvar).mean(dim=(1, 2)).sum()
+        if self.config.logvar_bounds == "fixed":
+            return nll
         return nll + self.config.logvar_bound_coef * (self.max_logvar.sum() - self.min_logvar.sum())
 
     @torch.no_grad()
@@ -285,8 +321,9 @@ class GaussianEnsembleDynamics(nn.Module):
         next observations: terminal rows) are left out, since the model would learn a false transition.
         On a CUDA device, with ``cuda_graph`` (the default), a training batch (the hand-written step and
         Adam's step) is recorded once as a CUDA graph and replayed (`mbrl_offline.utils.CUDAGraphed`):
-        at batch 256 its launches, not the GPU's arithmetic, set the pace. LayerNorm models, which train
-        through autograd, run eagerly.
+        at batch 256 its launches, not the GPU's arithmetic, set the pace. Models without the
+        hand-written step (`hand_written_step`), which train through autograd, run eagerly. The
+        epochs, early stopping and elite selection are `mbrl_offline.models.fitting`'s.
         """
         cfg = self.config
         device = torch.device(device)
@@ -300,14 +337,8 @@ class GaussianEnsembleDynamics(nn.Module):
         inputs = torch.as_tensor(np.concatenate([obs, act], axis=1)[keep], device=device)
         targets = torch.as_tensor(np.concatenate([next_obs - obs, rew[:, None]], axis=1)[keep], device=device)
 
-        order = torch.randperm(len(inputs), generator=generator, device=device)
-        n_holdout = int(round(len(inputs) * cfg.holdout_ratio))
-        if cfg.max_holdout is not None:
-            n_holdout = min(n_holdout, cfg.max_holdout)
-        if n_holdout < 1 or len(inputs) - n_holdout < cfg.batch_size:
-            raise ValueError(f"{len(inputs)} transitions are too few to train on with holdout_ratio "
-                             f"{cfg.holdout_ratio} and batch_size {cfg.batch_size}")
-        train_idx, holdout_idx = order[n_holdout:], order[:n_holdout]
+        train_idx, holdout_idx = split_holdout(len(inputs), cfg.holdout_ratio, cfg.max_holdout, cfg.batch_size,
+                                               generator, device)
         self.input_mean.copy_(inputs[train_idx].mean(0))
         self.input_std.copy_(inputs[train_idx].std(0).clamp_min(1e-6))
         train_x, train_y = self._normalise_inputs(inputs[train_idx]), targets[train_idx]
@@ -315,73 +346,34 @@ class GaussianEnsembleDynamics(nn.Module):
 
         # Weight decay enters the gradients (wd * W per layer), so Adam has one parameter group: with
         # one group per decay value its step took 0.51-0.55 ms instead of 0.37 ms.
-        optimizer = torch.optim.Adam(self.parameters(), lr=cfg.learning_rate, fused=True,
-                                     capturable=device.type == "cuda")
+        optimizer = torch.optim.Adam([p for p in self.parameters() if p.requires_grad], lr=cfg.learning_rate,
+                                     fused=True, capturable=device.type == "cuda")
 
-        # LayerNorm has no hand-written backward here: those models train through autograd.
-        training_step = self._autograd_training_step if cfg.layer_norm else _SiLUEnsembleTrainingStep(self, cfg.batch_size)
+        # Only SiLU networks without LayerNorm and with learned bounds have the hand-written step; the
+        # others train through autograd.
+        hand_written = self.hand_written_step
+        training_step = _SiLUEnsembleTrainingStep(self, cfg.batch_size) if hand_written else self._autograd_training_step
 
         def train_batch(rows: dict[str, torch.Tensor]) -> torch.Tensor:
             loss = training_step(train_x, train_y, rows["batch"])
             optimizer.step()
             return loss
 
-        graphed = CUDAGraphed(train_batch) if cuda_graph and device.type == "cuda" and not cfg.layer_norm else None
-        n_train, members = len(train_x), cfg.ensemble_size
-        if cfg.bootstrap == "once":  # OfflineRL-Kit: one resample per member, reshuffled every epoch
-            resample = torch.randint(0, n_train, (members, n_train), generator=generator, device=device)
-        best_mse = self.holdout_mse(holdout_x, holdout_y)
-        best_state = copy.deepcopy(self.state_dict())
-        epochs_since_improvement, lr_dropped = 0, False
-        self.train_log = []
-        bar = progress_bar(total=cfg.max_epochs, desc="dynamics", disable=not progress)
-        for epoch in range(1, cfg.max_epochs + 1):
-            self.train()
-            if cfg.bootstrap == "every_epoch":
-                index = torch.randint(0, n_train, (members, n_train), generator=generator, device=device)
-            else:
-                index = torch.argsort(torch.rand(members, n_train, generator=generator, device=device), dim=1)
-                if cfg.bootstrap == "once":
-                    index = torch.gather(resample, 1, index)
-            epoch_loss = torch.zeros((), device=device)  # summed on the device: no sync per batch
-            batches = n_train // cfg.batch_size  # a final partial batch is dropped (a fresh resample follows)
-            start = time.perf_counter()
-            for b in range(batches):
-                rows = {"batch": index[:, b * cfg.batch_size:(b + 1) * cfg.batch_size]}
-                epoch_loss += graphed(rows) if graphed is not None else train_batch(rows)
-            epoch_loss = epoch_loss.item()  # waits for the device, so the time below is the batches'
-            batch_seconds = time.perf_counter() - start
-            self.eval()
-            mse = self.holdout_mse(holdout_x, holdout_y)
-            improved = (best_mse - mse) / best_mse > cfg.improvement_threshold
-            if improved.any():
-                self._copy_members(best_state, improved)
-                best_mse = torch.where(improved, mse, best_mse)
-                epochs_since_improvement = 0
-            else:
-                epochs_since_improvement += 1
-            self.train_log.append({"epoch": epoch, "train_loss": epoch_loss / batches,
-                                   "samples_per_s": batches * cfg.batch_size / batch_seconds,
-                                   "holdout_mse": mse.tolist(), "best_holdout_mse": best_mse.tolist()})
-            bar.update(1)
-            bar.set_postfix(loss=f"{epoch_loss / batches:.3f}", holdout=f"{best_mse.mean().item():.4f}")
-            if epochs_since_improvement >= cfg.patience:
-                if epoch >= cfg.min_epochs:
-                    break
-                if not lr_dropped:  # RAVL: patience ran out before min_epochs: lower the rate once
-                    for group in optimizer.param_groups:
-                        group["lr"] *= 0.3
-                    lr_dropped = True
-                    if graphed is not None:
-                        graphed.reset()  # the recorded Adam step holds the old rate
-                epochs_since_improvement = 0
-        bar.close()
-        optimizer.zero_grad(set_to_none=True)
-        if cfg.logvar_bounds == "shared":  # not part of any member's snapshot: they keep their last values
-            best_state["max_logvar"], best_state["min_logvar"] = self.max_logvar.detach(), self.min_logvar.detach()
-        self.load_state_dict(best_state)
-        self.elites.copy_(torch.argsort(best_mse)[:cfg.num_elites].sort().values)
+        graphed = CUDAGraphed(train_batch) if cuda_graph and device.type == "cuda" and hand_written else None
+        self.train_log, best_mse = fit_ensemble(
+            self, (train_x, train_y), (holdout_x, holdout_y), cfg,
+            lambda rows: graphed({"batch": rows}) if graphed is not None else train_batch({"batch": rows}),
+            optimizer, generator, progress, desc="dynamics",
+            on_lower_lr=graphed.reset if graphed is not None else None,  # the recorded Adam step holds the old rate
+            keep_last=("max_logvar", "min_logvar") if cfg.logvar_bounds == "shared" else ())
+        self.elites.copy_(select_elites(best_mse, cfg.num_elites))
         return self.train_log
+
+    @property
+    def hand_written_step(self) -> bool:
+        """Whether `fit` uses the hand-written training step (SiLU, no LayerNorm, learned bounds)."""
+        cfg = self.config
+        return cfg.activation == "silu" and not cfg.layer_norm and cfg.logvar_bounds != "fixed"
 
     def _autograd_training_step(self, inputs: torch.Tensor, targets: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
         """`loss` on rows ``batch[i]`` for member i and every parameter's gradient through autograd, with
@@ -396,12 +388,12 @@ class GaussianEnsembleDynamics(nn.Module):
         return loss.detach()
 
     @torch.no_grad()
-    def _copy_members(self, state: dict, members: torch.Tensor) -> None:
+    def copy_members(self, state: dict, members: torch.Tensor) -> None:
         """Copy the current parameters of the given members (bool mask over the ensemble) into ``state``.
 
         Every member parameter has the ensemble as its first dimension; buffers (normaliser, elites) and
         shared log-variance bounds belong to no member and are not copied."""
-        shared = ("max_logvar", "min_logvar") if self.config.logvar_bounds == "shared" else ()
+        shared = ("max_logvar", "min_logvar") if self.config.logvar_bounds != "member" else ()
         for name, value in self.named_parameters():
             if name not in shared:
                 state[name][members] = value[members]

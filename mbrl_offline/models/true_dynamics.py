@@ -92,10 +92,13 @@ class TrueDynamics:
         return next_obs.expand(1, samples, *next_obs.shape)
 
     def step(self, obs: torch.Tensor, act: torch.Tensor, generator: Optional[torch.Generator] = None,
-             deterministic: bool = False, uncertainty: bool = False) -> dict[str, torch.Tensor]:
-        """As `GaussianEnsembleDynamics.step`; every uncertainty is 0."""
+             deterministic: bool = False, uncertainty: bool = False,
+             members: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        """As `GaussianEnsembleDynamics.step`, for a model of one member (0, whatever ``members`` says);
+        every uncertainty is 0."""
         next_obs, rewards = self.transition(obs, act)
-        result = {"next_observations": next_obs, "rewards": rewards}
+        result = {"next_observations": next_obs, "rewards": rewards,
+                  "member": torch.zeros(len(rewards), dtype=torch.long, device=rewards.device)}
         if uncertainty:
             for key in ("aleatoric", "disagreement", "epistemic"):
                 result[key] = torch.zeros_like(rewards)
