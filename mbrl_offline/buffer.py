@@ -10,7 +10,12 @@ produced it, ...): declared fields are kept, undeclared ones are refused, never 
 windows that never cross an episode boundary, with episode-start flags and a mask for the rows past
 an episode's end (recurrent agents train on them).
 
-`Mixing` draws a batch from a real and a synthetic buffer by a `MixingConfig` rule.
+`Mixing` draws a batch from a real and a synthetic buffer by a `MixingConfig` rule. Two rules fix how
+many rows of each kind a batch holds: ``fraction`` (``int(real_ratio * B)`` real rows, MBPO's) and
+``counts`` (``real_rows`` real rows). The third, ``weights`` (NEUBAY, Ni et al. 2025), draws rows
+uniformly from the real and synthetic data pooled and mixes them in the loss instead: each row gets a
+weight (the batch's ``weights`` field) such that ``sum_b weights_b loss_b = kappa mean_real(loss) +
+(1 - kappa) mean_synthetic(loss)``; every agent honours that field (`mbrl_offline.algorithms.weights`).
 """
 from __future__ import annotations
 
@@ -103,6 +108,10 @@ class TransitionBuffer:
         if self.size == 0:
             raise RuntimeError("cannot sample from an empty buffer")
         index = torch.randint(0, self.size, (batch_size,), device=self.device, generator=generator)
+        return self.rows(index)
+
+    def rows(self, index: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The stored rows at positions ``index`` (a tensor of indices below ``len(self)``), every field."""
         return {key: value[index] for key, value in self.data.items()}
 
     def ordered(self) -> dict[str, np.ndarray]:
@@ -219,7 +228,7 @@ class SequenceBuffer:
             offset += n
 
 
-MIXING_RULES = ("fraction", "counts")
+MIXING_RULES = ("fraction", "counts", "weights")
 
 
 @dataclass
@@ -227,10 +236,13 @@ class MixingConfig:
     """How each batch is split between real and synthetic rows."""
 
     # fraction: int(real_ratio * batch) real rows, the rest synthetic (MBPO, RAVL, MOPO, MOBILE);
-    # counts: real_rows real rows, the rest synthetic (policy-guided diffusion: 16 real + 240 synthetic).
+    # counts: real_rows real rows, the rest synthetic (policy-guided diffusion: 16 real + 240 synthetic);
+    # weights: rows drawn uniformly from real and synthetic data pooled, mixed in the loss by per-row
+    # weights: kappa on the real rows' mean loss, 1 - kappa on the synthetic rows' (NEUBAY).
     rule: str = "fraction"
     real_ratio: float = 0.05
     real_rows: int = 16
+    kappa: float = 0.05  # the weights rule's share of the loss on real rows (NEUBAY's real_weight)
 
     def __post_init__(self):
         if self.rule not in MIXING_RULES:
@@ -239,6 +251,23 @@ class MixingConfig:
             raise ConfigError(f"mixing.real_ratio must be between 0 and 1, got {self.real_ratio}.")
         if self.real_rows < 0:
             raise ConfigError(f"mixing.real_rows must be >= 0, got {self.real_rows}.")
+        if not 0.0 <= self.kappa <= 1.0:
+            raise ConfigError(f"mixing.kappa must be between 0 and 1, got {self.kappa}; set mixing.kappa "
+                              f"to the real rows' share of the loss (NEUBAY: 0.05).")
+
+
+def _fill_value(dtype: torch.dtype):
+    """What a row lacking a field holds in it: NaN (floating), -1 (integer), False (bool)."""
+    if dtype == torch.bool:
+        return False
+    return float("nan") if dtype.is_floating_point or dtype.is_complex else -1
+
+
+def _with_fields(rows: dict[str, torch.Tensor], schema: Schema, count: int, device) -> dict[str, torch.Tensor]:
+    """``rows`` (``count`` of them) with every field of ``schema`` they lack, filled by `_fill_value`."""
+    missing = {key: torch.full((count, *shape), _fill_value(dtype), dtype=dtype, device=device)
+               for key, (shape, dtype) in schema.items() if key not in rows}
+    return {**rows, **missing} if missing else rows
 
 
 class Mixing:
@@ -248,9 +277,12 @@ class Mixing:
     def __init__(self, config: MixingConfig = MixingConfig()):
         self.config = config
 
-    def real_rows(self, batch_size: int) -> int:
-        """Real rows in a batch of ``batch_size`` once there is synthetic data."""
+    def real_rows(self, batch_size: int) -> Optional[int]:
+        """Real rows in a batch of ``batch_size`` once there is synthetic data; None under the
+        ``weights`` rule, where the count varies from batch to batch."""
         cfg = self.config
+        if cfg.rule == "weights":
+            return None
         if cfg.rule == "counts":
             if cfg.real_rows > batch_size:
                 raise ConfigError(f"mixing.real_rows = {cfg.real_rows} is more than the batch of {batch_size}; "
@@ -260,17 +292,59 @@ class Mixing:
 
     def sample(self, real: TransitionBuffer, synthetic: Optional[TransitionBuffer], batch_size: int,
                rng: Optional[torch.Generator] = None) -> dict[str, torch.Tensor]:
-        """Real rows followed by synthetic ones; all real while there is no synthetic data. The bool
-        field ``synthetic`` marks the rows from the synthetic buffer (MOBILE penalises only those)."""
-        n_real = batch_size if synthetic is None or len(synthetic) == 0 else self.real_rows(batch_size)
+        """A batch of ``batch_size`` rows; all real while there is no synthetic data. The bool field
+        ``synthetic`` marks the rows from the synthetic buffer (MOBILE penalises only those).
+
+        ``fraction`` and ``counts``: real rows followed by synthetic ones. ``weights``: rows drawn
+        uniformly from both buffers pooled, in any order, and a float field ``weights`` ``(B,)``:
+        ``kappa / max(1, n_real)`` on each real row and ``(1 - kappa) / max(1, n_synthetic)`` on each
+        synthetic one (the batch's counts, so a group drawn empty takes no weight), which agents
+        use as ``sum_b weights_b loss_b``; with no synthetic data every row weighs 1 / B (a plain mean).
+
+        Extra fields that one buffer's schema declares and the other's lacks (a synthetic row's
+        uncertainty, ...) are in every batch from a synthetic buffer; the rows from the buffer without
+        them hold NaN (floating fields), -1 (integer fields) or False (bool fields)."""
+        cfg = self.config
+        empty = synthetic is None or len(synthetic) == 0
+        fields = {} if synthetic is None else {**real.schema, **synthetic.schema}
+        if cfg.rule == "weights":
+            return self._weighted(real, None if empty else synthetic, fields, batch_size, rng)
+        n_real = batch_size if empty else self.real_rows(batch_size)
         if n_real == batch_size:
-            batch = real.sample(batch_size, rng)
+            batch = _with_fields(real.sample(batch_size, rng), fields, batch_size, real.device)
             batch["synthetic"] = torch.zeros(batch_size, dtype=torch.bool, device=real.device)
             return batch
-        fake = synthetic.sample(batch_size - n_real, rng)
+        fake = _with_fields(synthetic.sample(batch_size - n_real, rng), fields, batch_size - n_real, synthetic.device)
         fake["synthetic"] = torch.ones(batch_size - n_real, dtype=torch.bool, device=synthetic.device)
         if n_real == 0:
             return fake
-        true = real.sample(n_real, rng)
+        true = _with_fields(real.sample(n_real, rng), fields, n_real, real.device)
         true["synthetic"] = torch.zeros(n_real, dtype=torch.bool, device=real.device)
         return {key: torch.cat([true[key], fake[key]]) for key in fake}
+
+    def _weighted(self, real: TransitionBuffer, synthetic: Optional[TransitionBuffer], fields: Schema,
+                  batch_size: int, rng: Optional[torch.Generator]) -> dict[str, torch.Tensor]:
+        """The ``weights`` rule (see `sample`), without waiting for the device: indices drawn over the
+        pooled rows, each row gathered from both buffers at clamped indices and chosen by ``torch.where``."""
+        device = real.device
+        if synthetic is None:
+            batch = _with_fields(real.sample(batch_size, rng), fields, batch_size, device)
+            batch["synthetic"] = torch.zeros(batch_size, dtype=torch.bool, device=device)
+            batch["weights"] = torch.full((batch_size,), 1.0 / batch_size, device=device)
+            return batch
+        if len(real) == 0:
+            raise RuntimeError("cannot sample from an empty buffer")
+        index = torch.randint(0, len(real) + len(synthetic), (batch_size,), device=device, generator=rng)
+        is_real = index < len(real)
+        true = _with_fields(real.rows(index.clamp(max=len(real) - 1)), fields, batch_size, device)
+        fake = _with_fields(synthetic.rows((index - len(real)).clamp(min=0)), fields, batch_size, device)
+        batch = {}
+        for key, value in fake.items():
+            mask = is_real.view(batch_size, *([1] * (value.dim() - 1)))
+            batch[key] = torch.where(mask, true[key], value)
+        n_real = is_real.sum()
+        kappa = self.config.kappa
+        batch["synthetic"] = ~is_real
+        batch["weights"] = torch.where(is_real, kappa / n_real.clamp(min=1),
+                                       (1.0 - kappa) / (batch_size - n_real).clamp(min=1))
+        return batch

@@ -123,7 +123,8 @@ class Mixing(Protocol):
 
     def sample(self, real, synthetic, batch_size: int, rng: Optional[torch.Generator] = None) -> Batch:
         """A batch of ``batch_size`` rows with the bool field ``synthetic``; all real while the
-        synthetic buffer is missing or empty."""
+        synthetic buffer is missing or empty. A rule that mixes in the loss adds per-row loss weights
+        (the float field ``weights``), which agents honour."""
         ...
 
 

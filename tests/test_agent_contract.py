@@ -4,9 +4,10 @@
 Per agent, each with its published generator (shrunk to test sizes) and with ``generator=none`` where
 the agent allows it: the roles' members (`mbrl_offline.roles`), the shapes and bounds of ``act`` and of
 the policy's samples, a log-probability differentiable in the actions, finite scalar metrics from
-``update``, a state round trip, exact resume after an interrupted run, and a bad setting refused with
-one line.
+``update``, a state round trip, exact resume after an interrupted run, per-row loss weights honoured
+(the ``weights`` mixing rule), and a bad setting refused with one line.
 """
+import copy
 import dataclasses
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 from mbrl_offline import build_run, load_dataset
+from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.algorithms import ALGORITHMS, load_policy
 from mbrl_offline.compose import check_pair
 from mbrl_offline.config import config_to_dataclass
@@ -37,8 +39,9 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("dynamics")
 
 
-def tiny(name: str, generator: str = "published"):
-    """The agent's config and generator at test sizes (``generator``: published or none)."""
+def tiny(name: str, generator: str = "published", mixing=None):
+    """The agent's config and generator at test sizes (``generator``: published or none; ``mixing``
+    replaces the generator's mixing rule)."""
     agent_cls, config_cls = ALGORITHMS[name]
     config = dataclasses.replace(config_cls(), hidden_size=16, batch_size=32)
     if generator == "none":
@@ -48,11 +51,12 @@ def tiny(name: str, generator: str = "published"):
         return config, published
     return config, dataclasses.replace(published, every=10, dynamics=TINY_DYNAMICS,
                                        rollout=dataclasses.replace(published.rollout, rollouts_per_epoch=40,
-                                                                   retain_epochs=2))
+                                                                   retain_epochs=2),
+                                       mixing=mixing or published.mixing)
 
 
-def trainer_for(name, data, cache, run_dir, generator="published", epochs=2, callbacks=()):
-    config, generator_config = tiny(name, generator)
+def trainer_for(name, data, cache, run_dir, generator="published", epochs=2, callbacks=(), mixing=None):
+    config, generator_config = tiny(name, generator, mixing)
     settings = TrainerConfig(epochs=epochs, updates_per_epoch=10, eval_every=1, eval_episodes=1, checkpoint_every=1,
                              run_dir=str(run_dir), progress=False, tensorboard=False)
     return build_run(name, data, config, generator_config, settings, cache_dir=cache, callbacks=list(callbacks))
@@ -120,6 +124,70 @@ def test_an_interrupted_run_resumes_exactly(name, data, cache, tmp_path):
             for a, b in zip(value.values(), resumed.agent.state_dict()[key].values()):
                 assert torch.equal(a, b), f"{name}: {key} differs after resuming"
     assert [h["normalized_score"] for h in straight.history] == [h["normalized_score"] for h in resumed.history]
+
+
+def learned_tensors(agent) -> list[torch.Tensor]:
+    """Every module weight and loose parameter (log alpha, IQL's log-std) in the agent's state, then the
+    gradients of its last steps (Adam's early steps hardly depend on a gradient's size; these do)."""
+    out = []
+    for value in agent.state_dict().values():
+        if isinstance(value, torch.Tensor):
+            out.append(value)
+        elif isinstance(value, dict) and value and all(isinstance(v, torch.Tensor) for v in value.values()):
+            out.extend(value.values())
+    for value in vars(agent).values():
+        params = (list(value.parameters()) if isinstance(value, torch.nn.Module)
+                  else [value] if isinstance(value, torch.Tensor) and value.requires_grad else [])
+        out.extend(p.grad for p in params if p.grad is not None)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_agent_honours_per_row_loss_weights(name, data, cache, tmp_path):
+    """From the same state and seed: weights of 1/B train as no weights do; rows of weight 0 change
+    nothing, whatever they hold; and a run under the weights rule trains with finite metrics."""
+    trainer = trainer_for(name, data, cache, tmp_path / "run", epochs=1,
+                          mixing=MixingConfig(rule="weights", kappa=0.3))
+    agent, rows = trainer.agent, trainer.agent.config.batch_size
+    batch = trainer.real.sample(rows, torch.Generator().manual_seed(0))
+    batch["synthetic"] = torch.arange(rows) % 2 == 1  # MOBILE penalises these rows' targets
+
+    def updated(batch):
+        copied = copy.deepcopy(agent)
+        torch.manual_seed(1)
+        for _ in range(2):  # TD3+BC's actor steps on every second update
+            copied.update(batch)
+        return learned_tensors(copied)
+
+    def same(a, b):
+        assert len(a) == len(b) > 0
+        for x, y in zip(a, b):
+            assert torch.allclose(x, y, rtol=1e-5, atol=1e-7), f"{name}: {(x - y).abs().max()}"
+
+    plain = updated(batch)
+    assert any(not torch.equal(x, y) for x, y in zip(plain, learned_tensors(agent)))  # the update did something
+    same(updated({**batch, "weights": torch.full((rows,), 1.0 / rows)}), plain)
+
+    weights = torch.rand(rows, generator=torch.Generator().manual_seed(2))
+    ignored = torch.arange(rows) % 3 == 0
+    weights[ignored] = 0.0
+    weighted = {**batch, "weights": weights / weights.sum()}
+    other = dict(weighted)
+    noise = torch.Generator().manual_seed(3)
+    for key in ("observations", "actions", "rewards", "next_observations"):
+        value = batch[key].clone()
+        value[ignored] = torch.randn(value[ignored].shape, generator=noise) * 3
+        other[key] = value
+    if "actions" in other:  # actions stay inside the env's bounds
+        low, high = (torch.as_tensor(np.asarray(b), dtype=torch.float32) for b in trainer.env.action_bounds())
+        other["actions"] = torch.maximum(torch.minimum(other["actions"], high), low)
+    assert not torch.equal(other["observations"], batch["observations"])
+    result = updated(weighted)
+    same(updated(other), result)
+    assert any(not torch.allclose(x, y) for x, y in zip(result, plain))  # the weights changed the update
+
+    trainer.train()  # the weights rule through the trainer
+    assert all(np.isfinite(v) for v in trainer.history[-1].values() if isinstance(v, float))
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))

@@ -101,6 +101,37 @@ def test_critic_loss_output_gradients_match_autograd(eta, device):
         torch.testing.assert_close(ours, theirs)
 
 
+@pytest.mark.parametrize("eta", [0.0, 0.5])
+def test_weighted_critic_loss_output_gradients_match_autograd(eta, device):
+    """With per-row loss weights (some 0), both means over the rows become weighted sums: the losses and
+    `critic_losses`' gradients against autograd of those weighted losses."""
+    torch.manual_seed(12)
+    q, target = torch.randn(4, 32, device=device), torch.randn(32, device=device)
+    action_grad = torch.randn(4, 32, 3, device=device)
+    action_grad[1, :5] = 0.0
+    weights = torch.rand(32, device=device)
+    weights[::7] = 0.0
+    weights /= weights.sum()
+    q_ref, grad_ref = q.clone().requires_grad_(True), action_grad.clone().requires_grad_(True)
+    unit = grad_ref / (grad_ref.norm(dim=-1, keepdim=True) + 1e-10)
+    total = unit.sum(dim=0)
+    diversity_ref = (((total * total).sum(-1) - (unit * unit).sum(dim=(0, 2))) * weights).sum() / 3
+    td_ref = ((q_ref - target).pow(2) * weights).sum(dim=1).sum()
+    expected = torch.autograd.grad(td_ref + eta * diversity_ref, (q_ref, grad_ref) if eta else (q_ref,))
+
+    td, diversity, grads = critic_losses(q, action_grad if eta else None, target, eta, weights)
+    torch.testing.assert_close(td, td_ref.detach())
+    torch.testing.assert_close(diversity, diversity_ref.detach() if eta else torch.zeros((), device=device))
+    assert len(grads) == len(expected)
+    for ours, theirs in zip(grads, expected):
+        torch.testing.assert_close(ours, theirs)
+    # weights of 1/B give the unweighted losses and gradients
+    plain = critic_losses(q, action_grad if eta else None, target, eta)
+    uniform = critic_losses(q, action_grad if eta else None, target, eta, torch.full((32,), 1 / 32, device=device))
+    for ours, theirs in zip((*uniform[:2], *uniform[2]), (*plain[:2], *plain[2])):
+        torch.testing.assert_close(ours, theirs)
+
+
 def test_actor_sample_with_backward_matches_autograd(device):
     """The actor's hand-written sample and backward against autograd through `forward` with the same
     noise, for any upstream gradients, with some rows' log-std clamped at either bound."""
@@ -178,9 +209,11 @@ def test_value_and_input_gradient_backward_passes_gradcheck():
         assert torch.autograd.gradcheck(lambda *w: q_and_grad(*w)[1], weights)
 
 
-def test_actor_step_through_explicit_action_gradient_matches_autograd(device):
+@pytest.mark.parametrize("weighted", [False, True])
+def test_actor_step_through_explicit_action_gradient_matches_autograd(weighted, device):
     """The actor's surrogate loss -<a, dQ_min/da> gives the same gradients as autograd through the critic
-    (gradients, not weights, are compared: Adam's first step hardly depends on their size)."""
+    (gradients, not weights, are compared: Adam's first step hardly depends on their size), also with
+    per-row loss weights (the loss sum_b w_b (alpha log pi - min_i Q_i))."""
     import copy
 
     torch.manual_seed(4)
@@ -188,6 +221,8 @@ def test_actor_step_through_explicit_action_gradient_matches_autograd(device):
                 device)
     reference = copy.deepcopy(agent)
     batch = random_batch(64, device)
+    if weighted:
+        batch["weights"] = torch.rand(64, device=device) / 32
     torch.manual_seed(5)
     metrics = agent.update(batch)
     # Autograd on the untouched copy: the same action sample (the update draws it first) and the alpha
@@ -195,7 +230,8 @@ def test_actor_step_through_explicit_action_gradient_matches_autograd(device):
     torch.manual_seed(5)
     new_actions, log_prob = reference.actor(batch["observations"])
     q_min = reference.critic(batch["observations"], new_actions).min(dim=0).values
-    reference_loss = (agent.alpha * log_prob - q_min).mean()
+    loss = agent.alpha * log_prob - q_min
+    reference_loss = (loss * batch["weights"]).sum() if weighted else loss.mean()
     reference_loss.backward()
     torch.testing.assert_close(metrics["actor_loss"], reference_loss.detach())
     for ours, theirs in zip(agent.actor.parameters(), reference.actor.parameters()):
@@ -223,14 +259,20 @@ def test_lowest_member_gradient_matches_autograd_through_min(device, hidden_size
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device (this test runs on a GPU machine)")
-def test_cuda_graph_replays_do_what_eager_updates_do():
+@pytest.mark.parametrize("weighted", [False, True])
+def test_cuda_graph_replays_do_what_eager_updates_do(weighted):
     """Warm-up updates, the recording, replays, and the recordings again after a learning-rate change
-    and after `load_state_dict`, against the same agent run eagerly (same capturable optimisers)."""
+    and after `load_state_dict`, against the same agent run eagerly (same capturable optimisers); also
+    for batches with per-row loss weights (the graph copies them in with the rest of the batch)."""
     config = SACConfig(num_critics=5, eta=1.0, hidden_size=32, hidden_layers=3, actor_lr_cosine=True)
     graphed, eager = (SAC(4, 2, -torch.ones(2), torch.ones(2), config, "cuda") for _ in range(2))
     eager.load_state_dict(graphed.state_dict())
     eager.graphed = False  # the same agent, optimisers included, with its graph turned off
     batches = [random_batch(64, "cuda") for _ in range(12)]
+    if weighted:
+        for batch in batches:
+            weights = torch.rand(64, device="cuda")
+            batch["weights"] = weights / weights.sum()
 
     def run(agent):
         torch.manual_seed(8)

@@ -12,6 +12,9 @@ dataset's mean and std (+ 1e-3), in CORL's order:
             L(pi) = mean min(exp(beta u), 100) * |pi(s) - a|^2         (deterministic actor),
             the actor's learning rate cosine-annealed to 0 over the run.
 
+Every mean over the batch's rows in the three losses becomes ``sum_b w_b (.)`` for a batch with
+per-row loss weights ``weights`` (the ``weights`` mixing rule).
+
 Defaults are CORL's for every locomotion dataset except three (presets ``configs/preset/iql-*.yaml``:
 hopper-medium and hopper-medium-replay take a deterministic actor, reward normalisation and
 tau = 0.001; hopper-medium-expert beta 6 and tau_e 0.5): tau_e 0.7, beta 3.0, gamma 0.99, tau 5e-3,
@@ -49,6 +52,7 @@ from torch import nn
 
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
+from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
@@ -88,11 +92,11 @@ class IQLConfig:
             raise ConfigError(f"IQL needs beta >= 0 and exp_adv_max > 0, got {self.beta} and {self.exp_adv_max}.")
 
 
-def expectile_loss(diff: torch.Tensor, expectile: float) -> torch.Tensor:
+def expectile_loss(diff: torch.Tensor, expectile: float, weights: Optional[torch.Tensor] = None) -> torch.Tensor:
     """``mean |tau - 1(diff < 0)| diff^2``: the asymmetric squared loss whose minimiser over a constant
-    is the tau-expectile of ``diff``'s distribution."""
+    is the tau-expectile of ``diff``'s distribution; with per-row ``weights`` the weighted sum."""
     weight = torch.where(diff < 0, 1.0 - expectile, expectile)
-    return (weight * diff ** 2).mean()
+    return batch_mean(weight * diff ** 2, weights)
 
 
 class IQL:
@@ -200,6 +204,7 @@ class IQL:
         cfg = self.config
         obs, next_obs = self.normalise(batch["observations"]), self.normalise(batch["next_observations"])
         actions, rewards = batch["actions"], batch["rewards"] * self.reward_scale
+        weights = row_weights(batch)  # per-row loss weights (B,), or None for plain means
 
         with torch.no_grad():
             target_q = self.target_critic(obs, actions).min(dim=0).values
@@ -207,7 +212,7 @@ class IQL:
 
         # 1. value: expectile regression of V(s) onto min_j Qbar_j(s, a)
         advantage = target_q - self.value(obs).squeeze(-1)
-        value_loss = expectile_loss(advantage, cfg.expectile)
+        value_loss = expectile_loss(advantage, cfg.expectile, weights)
         self.value_optim.zero_grad(set_to_none=True)
         value_loss.backward()
         self.value_optim.step()
@@ -216,7 +221,10 @@ class IQL:
         # 2. critics: one-step targets through V(s')
         target = rewards + cfg.gamma * (1.0 - batch["terminals"].float()) * next_v
         q = self.critic(obs, actions)  # (2, B)
-        critic_loss = ((q - target) ** 2).mean()  # CORL: sum of the two MSEs / 2
+        if weights is None:
+            critic_loss = ((q - target) ** 2).mean()  # CORL: sum of the two MSEs / 2
+        else:
+            critic_loss = batch_mean((q - target) ** 2, weights).mean()
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
@@ -228,7 +236,7 @@ class IQL:
             bc = ((self.mean_action(obs) - self.to_unit(actions)) ** 2).sum(-1)
         else:
             bc = -self.log_prob(batch["observations"], actions)
-        actor_loss = (weight * bc).mean()
+        actor_loss = batch_mean(weight * bc, weights)
         self.actor_optim.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optim.step()

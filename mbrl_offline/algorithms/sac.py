@@ -13,6 +13,9 @@ Per update, in the order of CORL's EDAC and the official RAVL code:
             g_i = grad_a Q_i(s, a) / (|grad_a Q_i(s, a)| + 1e-10)   (EDAC, on the update's own batch)
 4. Polyak averaging of the target critics with rate tau.
 
+Every E[.] above is a mean over the batch's rows; a batch with per-row loss weights (``weights``, from
+the ``weights`` mixing rule) takes ``sum_b w_b (.)`` instead (`mbrl_offline.algorithms.weights`).
+
 Deviations, on purpose, none of which changes the losses or their gradients:
 
 * the alpha loss reuses the log-probabilities of the actor step's sample instead of drawing a second
@@ -40,6 +43,7 @@ from typing import Optional
 import numpy as np
 import torch
 
+from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
@@ -53,7 +57,8 @@ def _adam(params, lr: float, fused: bool, capturable: bool) -> torch.optim.Adam:
 
 
 @torch.no_grad()
-def critic_losses(q: torch.Tensor, action_grad: Optional[torch.Tensor], target: torch.Tensor, eta: float):
+def critic_losses(q: torch.Tensor, action_grad: Optional[torch.Tensor], target: torch.Tensor, eta: float,
+                  weights: Optional[torch.Tensor] = None):
     """The TD loss, EDAC's diversity loss and the gradient of ``td + eta * diversity`` with respect to
     ``q`` ``(N, B)`` and, when ``eta > 0``, to the action gradients ``action_grad`` ``(N, B, A)``:
     ``(td, diversity, grads)``, ``grads`` a tuple of one or two tensors for ``torch.autograd.backward``.
@@ -63,25 +68,39 @@ def critic_losses(q: torch.Tensor, action_grad: Optional[torch.Tensor], target: 
         v_i = d (eta diversity) / du_i = 2 c (T - u_i),      c = eta / (B (N - 1)),
         d / dg_i = (v_i - u_i <g_i, v_i> / |g_i|) / (|g_i| + 1e-10)   (0 where g_i = 0, as autograd's norm).
 
+    With per-row loss ``weights`` ``(B,)`` (`mbrl_offline.algorithms.weights`) both means over the rows
+    become ``sum_b w_b (...)``: the 1/B above becomes w_b, so d td / dq = 2 w_b (q - y) and
+    c = eta w_b / (N - 1) for row b. Without them, the code is the unweighted one exactly.
+
     By hand because autograd takes 55 operators for these losses and their backward, this 26 (counted
     with a dispatch mode); tested against autograd and, through the critics, CORL's double backward.
     """
     rows = q.shape[1]
     error = q - target
-    td = (error * error).sum() / rows
+    if weights is None:
+        td = (error * error).sum() / rows
+        d_q = error.mul_(2.0 / rows)
+    else:
+        td = (error * error * weights).sum()
+        d_q = error.mul_(2.0 * weights)
     if action_grad is None:
-        return td, torch.zeros((), device=q.device), (error.mul_(2.0 / rows),)
+        return td, torch.zeros((), device=q.device), (d_q,)
     grad = action_grad.detach()
     norm = grad.norm(dim=-1, keepdim=True)
     scale = norm + 1e-10
     unit = grad / scale
     total = unit.sum(dim=0)
-    pairs = rows * (q.shape[0] - 1)  # B (N - 1)
-    diversity = ((total * total).sum() - (unit * unit).sum()) / pairs
-    v = (total - unit).mul_(2.0 * eta / pairs)
+    if weights is None:
+        pairs = rows * (q.shape[0] - 1)  # B (N - 1)
+        diversity = ((total * total).sum() - (unit * unit).sum()) / pairs
+        v = (total - unit).mul_(2.0 * eta / pairs)
+    else:
+        per_row = (total * total).sum(-1) - (unit * unit).sum(dim=(0, 2))  # (B,)
+        diversity = (per_row * weights).sum() / (q.shape[0] - 1)
+        v = (total - unit).mul_(weights.unsqueeze(-1) * (2.0 * eta / (q.shape[0] - 1)))
     along = (grad * v).sum(-1, keepdim=True).div_(norm.clamp_min(torch.finfo(norm.dtype).tiny))
     d_grad = v.sub_(unit.mul_(along)).div_(scale)
-    return td, diversity, (error.mul_(2.0 / rows), d_grad)
+    return td, diversity, (d_q, d_grad)
 
 
 @dataclass
@@ -219,6 +238,7 @@ class SAC:
 
     def _update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         obs, actions = batch["observations"], batch["actions"]
+        weights = row_weights(batch)  # per-row loss weights (B,), or None for plain means
         cfg = self.config
 
         # Actor (and alpha from the same sample), with hand-written gradients: no autograd graph.
@@ -226,15 +246,18 @@ class SAC:
         rows = len(log_prob)
         if self.alpha_optim is not None:
             # d/d(log a) of -log a * mean(log pi + H_target)
-            self.log_alpha.grad = (log_prob + self.target_entropy).mean().neg_()
+            self.log_alpha.grad = batch_mean(log_prob + self.target_entropy, weights).neg_()
             self.alpha_optim.step()
         alpha = self.alpha
         # d(-min_i Q_i)/da is the minimising critic's action gradient, from an explicit pass for that
         # critic only: L(pi) = mean(alpha log pi - min_i Q_i) has dL/da = -grad_a min_i Q_i / B and
-        # dL/dlog pi = alpha / B.
+        # dL/dlog pi = alpha / B (with weights: w_b in place of 1 / B, row by row).
         q_new, q_new_grad = self.critic.min_q_and_action_gradient(obs, new_actions)
-        actor_loss = (alpha * log_prob - q_new).mean()
-        actor_backward(q_new_grad.mul_(-1.0 / rows), alpha / rows)
+        actor_loss = batch_mean(alpha * log_prob - q_new, weights)
+        if weights is None:
+            actor_backward(q_new_grad.mul_(-1.0 / rows), alpha / rows)
+        else:
+            actor_backward(q_new_grad.mul_(weights.unsqueeze(-1)).neg_(), alpha * weights)
         self.actor_optim.step()
 
         # Critics: the losses' gradients in q and in the action gradients, by hand (`critic_losses`),
@@ -246,7 +269,7 @@ class SAC:
         else:
             q, action_grad = self.critic(obs, actions), None
             outputs = (q,)
-        td_loss, diversity, output_grads = critic_losses(q.detach(), action_grad, target, cfg.eta)
+        td_loss, diversity, output_grads = critic_losses(q.detach(), action_grad, target, cfg.eta, weights)
         self.critic_optim.zero_grad(set_to_none=True)
         torch.autograd.backward(outputs, output_grads)
         self.critic_optim.step()

@@ -10,6 +10,9 @@ Per update, with states normalised by the dataset's mean and std (+ 1e-3):
              L(pi)  = -lambda mean Q_1(s, pi(s)) + mean (pi(s) - a)^2,
    then Polyak averaging of the target critics and the target actor with rate tau.
 
+Every mean over the batch's rows (in both losses and in lambda's mean|Q|) becomes ``sum_b w_b (.)``
+for a batch with per-row loss weights ``weights`` (the ``weights`` mixing rule).
+
 Defaults are CORL's (the same in all 15 locomotion configs): alpha 2.5, sigma = 0.2 and c = 0.5 times
 the largest action, policy_freq 2, gamma 0.99, tau 5e-3, Adam at 3e-4 for both, batch 256, an actor of
 2 x 256 ReLU with a tanh output scaled to the action bounds and two critics of 2 x 256 ReLU. The
@@ -41,6 +44,7 @@ import torch.nn.functional as F
 
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
+from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
@@ -154,7 +158,7 @@ class TD3BC:
         cfg = self.config
         self.updates += 1
         obs, next_obs = self.normalise(batch["observations"]), self.normalise(batch["next_observations"])
-        actions = batch["actions"]
+        actions, weights = batch["actions"], row_weights(batch)
 
         # 1. critics
         with torch.no_grad():
@@ -166,7 +170,7 @@ class TD3BC:
             next_q = self.target_critic(next_obs, next_actions).min(dim=0).values
             target = batch["rewards"] + cfg.gamma * (1.0 - batch["terminals"].float()) * next_q
         q = self.critic(obs, actions)  # (2, B)
-        critic_loss = ((q - target) ** 2).mean(dim=1).sum()
+        critic_loss = batch_mean((q - target) ** 2, weights).sum()  # sum over the critics of their MSE
         self.critic_optim.zero_grad(set_to_none=True)
         critic_loss.backward()
         self.critic_optim.step()
@@ -175,9 +179,12 @@ class TD3BC:
         if self.updates % cfg.policy_freq == 0:
             pi = self.pi(obs)
             q1 = self.critic(obs, pi)[0]
-            lmbda = cfg.alpha / q1.abs().mean().detach()
-            bc_loss = F.mse_loss(pi, actions)
-            actor_loss = -lmbda * q1.mean() + bc_loss
+            lmbda = cfg.alpha / batch_mean(q1.abs(), weights).detach()
+            if weights is None:
+                bc_loss = F.mse_loss(pi, actions)
+            else:
+                bc_loss = batch_mean(((pi - actions) ** 2).mean(dim=-1), weights)
+            actor_loss = -lmbda * batch_mean(q1, weights) + bc_loss
             self.actor_optim.zero_grad(set_to_none=True)
             actor_loss.backward()
             self.actor_optim.step()
