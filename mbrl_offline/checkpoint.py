@@ -10,9 +10,6 @@ from mbrl_offline.errors import CheckpointError
 
 CHECKPOINT_FORMAT = 2  # 2: the generator's settings are saved beside the agent's ("generator_config")
 _MOVED_TO_GENERATOR = ("rollout", "dynamics", "true_dynamics", "real_ratio")  # agent settings in format 1
-# mixing settings added since format 2, with their defaults (`mbrl_offline.buffer.MixingConfig`): older
-# checkpoints get them, so that a run saved before they existed resumes with the same settings
-_ADDED_MIXING_SETTINGS = {"kappa": 0.05}
 
 
 def read_checkpoint(path: str | Path) -> dict:
@@ -26,12 +23,7 @@ def read_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"{path} is not a readable checkpoint ({type(exc).__name__}: {exc}).") from None
     if not isinstance(state, dict) or state.get("format") not in (1, CHECKPOINT_FORMAT):
         raise CheckpointError(f"{path} is not a mbrl_offline training checkpoint.")
-    state = _from_format_1(state) if state["format"] == 1 else state
-    mixing = (state.get("generator_config") or {}).get("mixing")
-    if isinstance(mixing, dict):
-        for key, value in _ADDED_MIXING_SETTINGS.items():
-            mixing.setdefault(key, value)
-    return state
+    return _from_format_1(state) if state["format"] == 1 else state
 
 
 def _from_format_1(state: dict) -> dict:

@@ -233,12 +233,14 @@ class Trainer:
         if state["dataset"]["fingerprint"] != self.dataset.fingerprint():
             raise CheckpointError(f"{path} was trained on different data ({state['dataset']['source']}); "
                                   f"resume with the same dataset or choose another run_dir.")
-        saved_config, config = state["agent"]["config"], asdict(self.agent.config)
+        saved_config, config = _with_defaults(type(self.agent.config), state["agent"]["config"]), asdict(self.agent.config)
         if saved_config != config:
             changed = sorted(k for k in saved_config if saved_config[k] != config.get(k))
             raise CheckpointError(f"{path} was trained with other algorithm settings ({', '.join(changed)}); "
                                   f"resume with the same settings or choose another run_dir.")
         saved_generator, generator = state["generator_config"], self._generator_settings()
+        if saved_generator and generator:
+            saved_generator = _with_defaults(type(self.generator.config), saved_generator)
         if saved_generator != generator:
             changed = (sorted(k for k in saved_generator if saved_generator[k] != generator.get(k))
                        if saved_generator and generator else ["generator"])
@@ -256,3 +258,15 @@ class Trainer:
             torch.cuda.set_rng_state_all(rng["cuda"])
         np.random.set_state(rng["numpy"])
         random.setstate(rng["python"])
+
+
+def _with_defaults(config_class, saved: dict) -> dict:
+    """Saved settings with those added to ``config_class`` since they were saved at their defaults (a
+    run saved before a setting existed ran as its default says), as a dict to compare; settings that
+    no longer exist make it differ."""
+    from mbrl_offline.config import config_to_dataclass
+
+    try:
+        return asdict(config_to_dataclass(config_class, saved, "saved"))
+    except (ConfigError, TypeError, ValueError):
+        return saved

@@ -131,6 +131,28 @@ def test_a_checkpoint_of_the_first_format_is_read_with_its_generator_settings(da
                                     true_dynamics=generator["true_dynamics"], real_ratio=generator["mixing"]["real_ratio"])
     state["format"] = 1
     atomic_torch_save(state, path)
-    assert read_checkpoint(path)["generator_config"] == generator  # every = updates_per_epoch = 10
+    migrated = read_checkpoint(path)["generator_config"]
+    assert migrated["mixing"] == {"rule": "fraction", "real_ratio": 0.05, "real_rows": 16}  # later settings: defaults
+    assert {k: v for k, v in migrated.items() if k != "mixing"} == {k: v for k, v in generator.items() if k != "mixing"}
     load_policy(path)
     assert make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2).train(resume=True)["epochs"] == 2
+
+
+def test_a_run_saved_before_settings_were_added_resumes_with_their_defaults(data, tmp_path):
+    """Settings added since a checkpoint was written (here kappa, the rollout member rule, the
+    dynamics activation and the agent's eta) take their defaults, so the run resumes; a changed
+    setting is still refused."""
+    make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=1).train()
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = torch.load(path, weights_only=False)
+    del state["generator_config"]["mixing"]["kappa"], state["generator_config"]["rollout"]["member"]
+    del state["generator_config"]["dynamics"]["activation"], state["agent"]["config"]["eta"]
+    atomic_torch_save(state, path)
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2)
+    trainer.train(resume=True)
+    assert trainer.epoch == 2
+    state = torch.load(path, weights_only=False)
+    state["generator_config"]["rollout"]["member"] = "rollout"
+    atomic_torch_save(state, path)
+    with pytest.raises(CheckpointError, match=r"other generator settings \(rollout\)"):
+        make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=3).train(resume=True)

@@ -232,6 +232,10 @@ class RolloutGenerator:
     def buffer_capacity(self) -> int:
         return self.config.rollout.buffer_capacity
 
+    @property
+    def extra_fields(self) -> dict:
+        return self.config.rollout.extra_fields
+
     @classmethod
     def for_dataset(cls, config: RolloutGeneratorConfig, dataset, device: str | torch.device = "cpu",
                     cache_dir: Optional[str | Path] = None, model_path: Optional[str | Path] = None,
