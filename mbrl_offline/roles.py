@@ -128,6 +128,25 @@ class Mixing(Protocol):
         ...
 
 
+class FeedForwardAgent:
+    """What every agent with a feed-forward policy shares (SAC and its settings, TD3+BC, IQL): the agent
+    is its own policy (`Policy`: it adds ``sample`` and ``log_prob``), keeps no recurrent state, learns
+    from transition rows and, unless it says otherwise, needs no dynamics model of the generator."""
+
+    recurrent = False  # the policy role: a feed-forward policy
+    needs_dynamics = False  # whether the agent's own losses use the generator's dynamics model (MOBILE)
+    consumes = "transitions"  # the data it learns from: transition rows (not sequences)
+
+    @property
+    def policy(self):
+        """The policy generators roll out: this agent's actor (``sample``, ``log_prob``)."""
+        return self
+
+    def initial_state(self, batch_size: int) -> None:
+        """No recurrent state: None."""
+        return None
+
+
 class FunctionPolicy:
     """A feed-forward `Policy` from a function of observations to actions (a scripted or external
     policy, or a test's). It has no density: ``log_prob`` raises, so guided generation refuses it."""

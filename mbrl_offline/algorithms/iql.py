@@ -56,6 +56,7 @@ from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
+from mbrl_offline.roles import FeedForwardAgent
 from mbrl_offline.utils import anneal_cosine, soft_update
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL's clamp of the actor's log-std
@@ -99,7 +100,7 @@ def expectile_loss(diff: torch.Tensor, expectile: float, weights: Optional[torch
     return batch_mean(weight * diff ** 2, weights)
 
 
-class IQL:
+class IQL(FeedForwardAgent):
     """An IQL agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
     Model-free: published without a generator (every batch real), and takes any transition
@@ -108,9 +109,6 @@ class IQL:
 
     name = "iql"
     config_class = IQLConfig
-    recurrent = False  # the policy role (`mbrl_offline.roles.Policy`): a feed-forward policy
-    needs_dynamics = False
-    consumes = "transitions"  # the data it learns from: transition rows (not sequences)
     published_generator = staticmethod(model_free.published_generator)
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
@@ -169,15 +167,7 @@ class IQL:
         obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
         return self._actions(obs_t, deterministic).cpu().numpy()
 
-    # ------------------------------------------------------------------ the policy role
-    @property
-    def policy(self) -> "IQL":
-        """The policy generators roll out: this agent's actor (`sample`, `log_prob`)."""
-        return self
-
-    def initial_state(self, batch_size: int) -> None:
-        return None
-
+    # ------------------------------------------------------------------ the policy role (with FeedForwardAgent's)
     @torch.no_grad()
     def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
         """Actions for generators: sampled from the Gaussian actor (the mean for a deterministic one)."""

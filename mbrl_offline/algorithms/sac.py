@@ -43,12 +43,13 @@ from typing import Optional
 import numpy as np
 import torch
 
+from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.generators import NoGeneratorConfig
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
+from mbrl_offline.roles import FeedForwardAgent
 from mbrl_offline.utils import CUDAGraphed, anneal_cosine, soft_update
 
 
@@ -132,7 +133,7 @@ class SACConfig:
         check_init(self.init)
 
 
-class SAC:
+class SAC(FeedForwardAgent):
     """A SAC-N agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()``.
 
     The agent knows nothing of where its batches come from: the trainer draws them from the dataset
@@ -154,9 +155,6 @@ class SAC:
 
     name = "sac"
     config_class = SACConfig
-    recurrent = False  # the policy role (`mbrl_offline.roles.Policy`): a feed-forward policy
-    needs_dynamics = False  # whether the agent's own losses use the generator's dynamics model (MOBILE)
-    consumes = "transitions"  # the data it learns from: transition rows (not sequences)
     graph_capturable = True  # whether `update` can be recorded as a CUDA graph (no data-dependent shapes)
     warmup_updates = 3  # eager updates on a side stream before the graph is recorded
 
@@ -201,18 +199,11 @@ class SAC:
 
     @classmethod
     def published_generator(cls):
-        """The generator the algorithm was published with (``generator=`` unset): none for SAC."""
-        return NoGeneratorConfig()
+        """The generator the algorithm was published with (``generator=`` unset): none for SAC, as for
+        the other model-free agents (`mbrl_offline.algorithms.model_free.published_generator`)."""
+        return model_free.published_generator()
 
-    # ------------------------------------------------------------------ the policy role
-    @property
-    def policy(self) -> "SAC":
-        """The policy generators roll out: this agent's actor (`sample`, `log_prob`)."""
-        return self
-
-    def initial_state(self, batch_size: int) -> None:
-        return None
-
+    # ------------------------------------------------------------------ the policy role (with FeedForwardAgent's)
     @torch.no_grad()
     def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
         """Actions sampled from the current policy (model rollouts sample, as RAVL's and MBPO's code)."""

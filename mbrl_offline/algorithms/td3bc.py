@@ -48,6 +48,7 @@ from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
+from mbrl_offline.roles import FeedForwardAgent
 from mbrl_offline.utils import soft_update
 
 
@@ -81,7 +82,7 @@ class TD3BCConfig:
             raise ConfigError(f"algo.policy_freq = {self.policy_freq} must be at least 1 (CORL: 2).")
 
 
-class TD3BC:
+class TD3BC(FeedForwardAgent):
     """A TD3+BC agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
     Model-free: published without a generator (every batch real), and takes any transition
@@ -90,9 +91,6 @@ class TD3BC:
 
     name = "td3bc"
     config_class = TD3BCConfig
-    recurrent = False  # the policy role (`mbrl_offline.roles.Policy`): a feed-forward policy
-    needs_dynamics = False
-    consumes = "transitions"  # the data it learns from: transition rows (not sequences)
     published_generator = staticmethod(model_free.published_generator)
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
@@ -132,15 +130,7 @@ class TD3BC:
         obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
         return self.pi(self.normalise(obs_t)).cpu().numpy()
 
-    # ------------------------------------------------------------------ the policy role
-    @property
-    def policy(self) -> "TD3BC":
-        """The policy generators roll out: this agent's actor (`sample`, `log_prob`)."""
-        return self
-
-    def initial_state(self, batch_size: int) -> None:
-        return None
-
+    # ------------------------------------------------------------------ the policy role (with FeedForwardAgent's)
     @torch.no_grad()
     def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
         """Actions for generators: the deterministic policy pi(s) (TD3+BC has no stochastic one)."""
