@@ -1,6 +1,9 @@
 """Real learning: each agent ends at least 20 points above the bundled pendulum-medium data
 (normalised score 39.0), as the mean of its last three evaluations.
 
+The model-based agents (below) learn from their published generators; TD3+BC and IQL from the data
+alone, as in their papers (their settings are at the end of this file).
+
 Every agent is complete at a small scale: the default dynamics ensemble (7 members, 4x200) trained
 on the data (once, shared by the four tests through one cache), model rollouts from dataset states,
 5% real data per batch, 2x128 agent networks, 1000 rollouts per epoch and 60 x 250 updates instead
@@ -25,7 +28,8 @@ import pytest
 import torch
 
 from mbrl_offline import build_run, load_dataset
-from mbrl_offline.algorithms import MOBILE, MOPO, RAVL, COPlanner
+from mbrl_offline.algorithms import IQL, MOBILE, MOPO, RAVL, TD3BC, COPlanner
+from mbrl_offline.generators import NoGeneratorConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
 from mbrl_offline.trainer import TrainerConfig
 
@@ -62,11 +66,11 @@ def small(agent_cls, rollout=None, **settings):
     return config, generator
 
 
-def assert_beats_the_data(agent_cls, configs, data, model_cache, tmp_path, device="cpu"):
+def assert_beats_the_data(agent_cls, configs, data, model_cache, tmp_path, device="cpu", epochs=60):
     data_score = data.summary()["normalized_score_mean"]
     config, generator = configs
     trainer = build_run(agent_cls.name, data, config, generator,
-                        TrainerConfig(epochs=60, updates_per_epoch=250, eval_every=4, eval_episodes=10,
+                        TrainerConfig(epochs=epochs, updates_per_epoch=250, eval_every=4, eval_episodes=10,
                                       run_dir=str(tmp_path / "run"), progress=False, tensorboard=False),
                         device, cache_dir=model_cache)
     trainer.train()
@@ -90,3 +94,23 @@ def test_mobile_beats_its_dataset_on_pendulum(data, model_cache, tmp_path):
 
 def test_coplanner_beats_its_dataset_on_pendulum(data, model_cache, tmp_path):
     assert_beats_the_data(COPlanner, small(COPlanner, alpha_lr=3e-4), data, model_cache, tmp_path)
+
+
+
+# TD3+BC and IQL: the data alone (generator=none), CORL's settings but for the shared choices above
+# (gamma 0.95, 2x128 networks) and one each, and 80 x 250 updates. Measured with seed 0 (30k updates,
+# scores of the last three evaluations averaged): TD3+BC's alpha = 2.5 (CORL's) held the policy at
+# the data's level (36.2 against the data's 39.0): its behaviour-cloning term dominates on this
+# data, so the test takes alpha = 10, a weaker pull to the data (83.1; seeds 1 and 2 below). IQL
+# with CORL's settings reached 57.5, its evaluations swinging between 37 and 71; ...
+def model_free(agent_cls, **settings):
+    config = dataclasses.replace(agent_cls.config_class(), hidden_size=128, gamma=0.95, **settings)
+    return config, NoGeneratorConfig()
+
+
+def test_td3bc_beats_its_dataset_on_pendulum(data, tmp_path):
+    assert_beats_the_data(TD3BC, model_free(TD3BC, alpha=10.0), data, None, tmp_path, epochs=80)
+
+
+def test_iql_beats_its_dataset_on_pendulum(data, tmp_path):
+    assert_beats_the_data(IQL, model_free(IQL), data, None, tmp_path, epochs=80)
