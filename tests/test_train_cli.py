@@ -48,7 +48,7 @@ def test_train_then_evaluate(tmp_path, device):
     ("budget=slow", "error: unknown budget 'slow'. Known: paper, quick."),
     ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac."),
     ("generator.mixing.real_ratio=1.5", "error: mixing.real_ratio must be between 0 and 1, got 1.5."),
-    ("generator.mixing.rule=half", "error: unknown mixing rule 'half'; choose one of fraction, counts."),
+    ("generator.mixing.rule=half", "error: unknown mixing rule 'half'; choose one of fraction, counts, weights."),
     ("generator.rollout.horizon=0", "error: rollout.horizon must be at least 1, got 0."),
     ("generator.dynamics.num_elites=9", "error: num_elites must be in 1..ensemble_size (7), got 9."),
     ("generator.every=-1", "error: generator.every must be >= 0 (0: generate once), got -1."),
