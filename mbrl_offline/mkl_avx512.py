@@ -14,7 +14,7 @@ in an ELF file written here into memory (``memfd_create``), so no compiler or fi
 
 Measured on that VM: a (10, 256, 256) batched matmul went from 193 to 456 GFLOP/s, and with
 ``benchmarks/throughput.py --threads 2`` RAVL updates from 24.9 to 39.0-39.7 per second and
-dynamics-training batches from 22,757 to 35,410-42,226 samples/s (README, Speed). Results differ
+dynamics-training batches from 22,757 to 35,410-42,226 samples/s (docs/performance.md). Results differ
 from MKL's AVX2 code only by fp32 rounding.
 
 Off by default, because it changes a process-wide choice inside MKL that Intel does not document
@@ -65,7 +65,7 @@ def advice() -> str | None:
         return f"matmuls: {ENV_VAR}=1 did nothing: {_off_reason}"
     if would_help() and not requested:
         return (f"hint: torch's MKL runs AVX2 code on this AMD CPU, which has AVX-512; {ENV_VAR}=1 lets it run "
-                "its AVX-512 code (1.6x the RAVL updates/s on a Zen 5 CPU; README, Speed)")
+                "its AVX-512 code (1.6x the RAVL updates/s on a Zen 5 CPU; docs/performance.md)")
     return None
 
 

@@ -7,7 +7,7 @@ file); the rest of this docstring is about the model-based agents.
 Every agent is complete at a small scale: the default dynamics ensemble (7 members, 4x200) trained
 on the data (once, shared by the four tests through one cache), model rollouts from dataset states,
 5% real data per batch, 2x128 agent networks, 1000 rollouts per epoch and 60 x 250 updates instead
-of 3000 x 1000. Shared choices, measured for RAVL on seeds 0-5 (the README's Tests section has the
+of 3000 x 1000. Shared choices, measured for RAVL on seeds 0-5 (docs/reproducibility.md has the
 figures):
 
 * gamma = 0.95 instead of 0.99: with 0.99 the values (about -400, from -4 reward per step) were
@@ -35,7 +35,7 @@ from mbrl_offline.trainer import TrainerConfig
 
 pytestmark = pytest.mark.slow
 
-# The model the seed table in the README was measured with: the library's default before the dynamics
+# The model the seed table in docs/reproducibility.md was measured with: the library's default before the dynamics
 # recipes (one pair of log-variance bounds per member, an uncut init normal). With the recipes'
 # shared bounds, CI's COPlanner seed 0 ended at 51.6 (last evaluations 38.2, 58.0, 58.6: still rising
 # after 60 epochs) against the bar of 59.0; the other three passed.

@@ -5,7 +5,7 @@ For the MuJoCo locomotion tasks they are D4RL's own constants (``d4rl/infos.py``
 scores are comparable with published tables. For the cheap test envs, which D4RL does not cover,
 the minimum is the mean return of uniformly random actions over 100 episodes (seeds 0-99, measured
 here) and the maximum is the best return the task allows (InvertedPendulum) or that of our SAC expert
-(Pendulum; see the README's dataset table).
+(Pendulum; see the bundled-datasets table in docs/datasets.md).
 """
 from __future__ import annotations
 
