@@ -21,6 +21,8 @@ Per agent, beyond its own defaults: MOBILE uses horizon 5 (its default h = 1 gav
 transitions per epoch, and seed 0 stood at -38 after 36 epochs) and no target clip (pendulum's
 rewards are negative); COPlanner uses alpha's learning rate 3e-4 (RAVL's) instead of OfflineRL-Kit's
 1e-4, with which alpha was still 0.25 after 60 epochs and seed 0 ended at 56.5.
+
+`CASES` holds every agent's settings; `benchmarks/learning_seeds.py` runs them for other seeds.
 """
 import dataclasses
 
@@ -42,19 +44,6 @@ pytestmark = pytest.mark.slow
 DYNAMICS = DynamicsConfig(min_epochs=100, max_epochs=300, logvar_bounds="member", init_truncation=None)
 
 
-@pytest.fixture(scope="module")
-def data():
-    return load_dataset("pendulum-medium")
-
-
-@pytest.fixture(scope="module")
-def model_cache(data, tmp_path_factory):
-    cache = tmp_path_factory.mktemp("dynamics")
-    torch.manual_seed(0)  # as build_run does before it builds the generator
-    load_or_fit_dynamics(data, DYNAMICS, cache, progress=False)
-    return cache
-
-
 def small(agent_cls, rollout=None, **settings):
     """The agent's config and its published generator at the small scale: one generation of 1000
     rollouts per epoch of 250 updates."""
@@ -64,37 +53,6 @@ def small(agent_cls, rollout=None, **settings):
         rollout=dataclasses.replace(generator.rollout, rollouts_per_epoch=1000, **(rollout or {})))
     config = dataclasses.replace(agent_cls.config_class(), hidden_size=128, hidden_layers=2, gamma=0.95, **settings)
     return config, generator
-
-
-def assert_beats_the_data(agent_cls, configs, data, model_cache, tmp_path, device="cpu", epochs=60):
-    data_score = data.summary()["normalized_score_mean"]
-    config, generator = configs
-    trainer = build_run(agent_cls.name, data, config, generator,
-                        TrainerConfig(epochs=epochs, updates_per_epoch=250, eval_every=4, eval_episodes=10,
-                                      run_dir=str(tmp_path / "run"), progress=False, tensorboard=False),
-                        device, cache_dir=model_cache)
-    trainer.train()
-    scores = [h["normalized_score"] for h in trainer.history]
-    final = sum(scores[-3:]) / 3  # the last three evaluations, so one lucky or unlucky one cannot decide
-    assert final >= data_score + 20, (f"{agent_cls.__name__} scored {final:.1f} (evaluations "
-                                      f"{[round(s, 1) for s in scores]}); data {data_score:.1f}")
-
-
-def test_ravl_beats_its_dataset_on_pendulum(data, model_cache, tmp_path, device):
-    assert_beats_the_data(RAVL, small(RAVL), data, model_cache, tmp_path, device)
-
-
-def test_mopo_beats_its_dataset_on_pendulum(data, model_cache, tmp_path):
-    assert_beats_the_data(MOPO, small(MOPO), data, model_cache, tmp_path)
-
-
-def test_mobile_beats_its_dataset_on_pendulum(data, model_cache, tmp_path):
-    assert_beats_the_data(MOBILE, small(MOBILE, rollout={"horizon": 5}, target_floor=None), data, model_cache, tmp_path)
-
-
-def test_coplanner_beats_its_dataset_on_pendulum(data, model_cache, tmp_path):
-    assert_beats_the_data(COPlanner, small(COPlanner, alpha_lr=3e-4), data, model_cache, tmp_path)
-
 
 
 # TD3+BC and IQL: the data alone (generator=none), as in their papers, with CORL's settings but for
@@ -115,10 +73,48 @@ def model_free(agent_cls, **settings):
     return config, NoGeneratorConfig()
 
 
-def test_td3bc_beats_its_dataset_on_pendulum(data, tmp_path):
-    assert_beats_the_data(TD3BC, model_free(TD3BC, alpha=10.0), data, None, tmp_path, epochs=80)
+# name -> (agent class, a function giving its config and generator config, dataset, epochs of 250 updates)
+CASES = {
+    "ravl": (RAVL, lambda: small(RAVL), "pendulum-medium", 60),
+    "mopo": (MOPO, lambda: small(MOPO), "pendulum-medium", 60),
+    "mobile": (MOBILE, lambda: small(MOBILE, rollout={"horizon": 5}, target_floor=None), "pendulum-medium", 60),
+    "coplanner": (COPlanner, lambda: small(COPlanner, alpha_lr=3e-4), "pendulum-medium", 60),
+    "td3bc": (TD3BC, lambda: model_free(TD3BC, alpha=10.0), "pendulum-medium", 80),
+    "iql": (IQL, lambda: model_free(IQL), "pendulum-medium-replay", 80),
+}
 
 
-def test_iql_beats_its_dataset_on_pendulum(tmp_path):
-    replay = load_dataset("pendulum-medium-replay")
-    assert_beats_the_data(IQL, model_free(IQL), replay, None, tmp_path, epochs=80)
+def learning_run(name: str, run_dir, cache_dir, seed: int = 0, device: str = "cpu") -> tuple[float, list[float]]:
+    """Case ``name`` trained with ``seed`` (`TrainerConfig.seed`; `build_run` seeds torch with it):
+    the data's normalised score and the evaluations' (`benchmarks/learning_seeds.py` runs it for any
+    seeds)."""
+    agent_cls, configs, dataset, epochs = CASES[name]
+    data = load_dataset(dataset)
+    config, generator = configs()
+    trainer = build_run(agent_cls.name, data, config, generator,
+                        TrainerConfig(epochs=epochs, updates_per_epoch=250, eval_every=4, eval_episodes=10, seed=seed,
+                                      run_dir=str(run_dir), progress=False, tensorboard=False),
+                        device, cache_dir=cache_dir)
+    trainer.train()
+    return data.summary()["normalized_score_mean"], [h["normalized_score"] for h in trainer.history]
+
+
+@pytest.fixture(scope="module")
+def model_cache(tmp_path_factory):
+    """The dynamics model of the model-based cases, trained once for the four of them."""
+    cache = tmp_path_factory.mktemp("dynamics")
+    torch.manual_seed(0)  # as build_run does before it builds the generator
+    load_or_fit_dynamics(load_dataset("pendulum-medium"), DYNAMICS, cache, progress=False)
+    return cache
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_each_agent_beats_its_dataset_on_pendulum(name, request, tmp_path, device):
+    if device != "cpu" and name != "ravl":
+        pytest.skip("on a GPU only RAVL's learning test runs (the others are CPU tests)")
+    model_based = CASES[name][1]()[1].kind != "none"
+    cache = request.getfixturevalue("model_cache") if model_based else None
+    data_score, scores = learning_run(name, tmp_path / "run", cache, device=device)
+    final = sum(scores[-3:]) / 3  # the last three evaluations, so one lucky or unlucky one cannot decide
+    assert final >= data_score + 20, (f"{name} scored {final:.1f} (evaluations "
+                                      f"{[round(s, 1) for s in scores]}); data {data_score:.1f}")
