@@ -127,10 +127,11 @@ def _compose(config_dir: str, config_name: str, overrides: list[str]):
                 parent, _, leaf = key.rpartition(".")
                 node = OmegaConf.select(base, parent) if parent else base
                 valid = list(node.keys()) if OmegaConf.is_dict(node) else []
-                hint = did_you_mean(leaf, valid, prefix=f"{parent}." if parent else "") or moved_setting_hint(key, base)
+                hint = (did_you_mean(leaf, valid, prefix=f"{parent}." if parent else "")
+                        or moved_setting_hint(key, base) or group_setting_hint(key, overrides, config_dir, base))
                 raise ConfigError(f"unknown setting '{key}'.{hint}"
                                   + (f" Valid: {', '.join(valid)}." if valid else "")) from None
-            raise ConfigError(message) from None
+            raise ConfigError(added_group_message(message, overrides, config_dir) or message) from None
         except OmegaConfBaseException as exc:
             raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None
 
@@ -406,6 +407,39 @@ class ToolArgumentParser:
         if cfg_job:
             print_config({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(parsed).items()})
         return parsed
+
+
+def group_setting_hint(key: str, overrides: list[str], config_dir, cfg) -> str:
+    """Where a config group's choice was written as a setting, ``collect.env=hopper``, or ``env.name=hopper``
+    in a config ``cfg`` without an env: the env is the ``env`` group, chosen with ``env=hopper`` as in
+    train.py."""
+    root = Path(config_dir)
+    parts = key.split(".")
+    if len(parts) < 2:
+        return ""
+    if (root / parts[-1]).is_dir():
+        group = parts[-1]
+    elif (root / parts[0]).is_dir() and parts[0] not in cfg:
+        group = parts[0]
+    else:
+        return ""
+    value = next((o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+~") == key), "")
+    options = ", ".join(sorted(p.stem for p in (root / group).glob("*.yaml")))
+    if parts[-1] == group or parts[-1] == "name":
+        return f" The {group} is a config group: choose it with {group}={value or '<option>'} ({options})."
+    return f" {group}.* settings need the {group} group chosen: {group}=<option> ({options})."
+
+
+def added_group_message(message: str, overrides: list[str], config_dir) -> str:
+    """Hydra's "Multiple values for env" (``+env=hopper`` where the config already has an env) as the
+    command line to write instead; empty for any other message."""
+    group = message.removeprefix("Multiple values for ").split(".")[0].strip()
+    if not message.startswith("Multiple values for ") or not (Path(config_dir) / group).is_dir():
+        return ""
+    value = next((o.partition("=")[2] for o in overrides if o.partition("=")[0] in (f"+{group}", f"++{group}")),
+                 "<option>")
+    return (f"+{group}={value}: {group} is already chosen by this config; choose another with {group}={value} "
+            f"(without '+').")
 
 
 def quote_overrides(overrides: list[str]) -> list[str]:

@@ -228,3 +228,19 @@ def test_a_list_written_with_commas_alone_gets_the_list_syntax(tmp_path, monkeyp
                                                   f"collect.run_dir={tmp_path / 'run'}"], monkeypatch, capsys)
     assert status == 2 and err == "error: collect.levels = 'random,medium' must be a list, e.g. collect.levels=[a,b].\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tool, argv, message", [
+    ("inspect_dataset", ["env.name=pendulum"],
+     "error: unknown setting 'env.name'. The env is a config group: choose it with env=pendulum (ant, halfcheetah,"),
+    ("collect", ["collect.env=pendulum"],
+     "error: unknown setting 'collect.env'. The env is a config group: choose it with env=pendulum (ant, "),
+    ("inspect_dataset", ["env.dataset=x.hdf5"],
+     "error: unknown setting 'env.dataset'. env.* settings need the env group chosen: env=<option> (ant, "),
+    ("train", ["+env=pendulum"],
+     "error: +env=pendulum: env is already chosen by this config; choose another with env=pendulum (without '+')."),
+])
+def test_a_group_written_as_a_setting_gets_the_group_syntax(tool, argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_in_process(tool, [*argv, "--cfg", "job"], monkeypatch, capsys)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and err.startswith(message), err
