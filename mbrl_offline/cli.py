@@ -3,6 +3,10 @@
 `compose` builds a run's config from Hydra's groups and the overrides; `cli_main` makes every library
 error a single ``error: ...`` line on stderr and exit status 2. The conversion of configs to and from
 dicts is the library's (`mbrl_offline.config`; the library never imports this module).
+
+Every tool has the same command line (`tool_config`): ``--help``, ``--cfg job`` and Hydra overrides,
+where a value Hydra's grammar cannot read, such as a file path with non-ASCII characters, is taken whole
+as a string (`quote_overrides`).
 """
 from __future__ import annotations
 
