@@ -1,25 +1,31 @@
-"""Make D4RL-style datasets for an env: `python examples/collect.py env=hopper`.
+"""Make D4RL-style datasets for an env: `python examples/collect.py env=hopper [collect.<setting>=<value> ...]`.
 
 Trains a SAC behaviour policy online and writes random / medium / medium-replay / expert /
 medium-expert datasets as Minari datasets (and D4RL HDF5 files in the run folder). Interrupt it
-at any time; the same command resumes. Settings: configs/collect.yaml.
+at any time; the same command resumes. Settings: configs/collect.yaml (``env=`` picks the env, as for
+train.py; every ``collect.*`` setting is a field of CollectConfig in mbrl_offline/collect.py).
+
+``--help`` lists them; ``--cfg job`` prints the composed config and collects nothing. Paths may hold
+spaces and any characters: ``collect.run_dir='runs/données 1'``.
 """
-import hydra
-from omegaconf import DictConfig
+import sys
+from pathlib import Path
 
-from mbrl_offline.cli import cli_main
-from mbrl_offline.config import config_to_dataclass
-from mbrl_offline.collect import CollectConfig, collect
+from mbrl_offline.cli import cli_main, tool_config
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
-@hydra.main(config_path="../configs", config_name="collect", version_base="1.3")
 @cli_main
-def main(cfg: DictConfig) -> None:
+def main(argv: list[str]) -> None:
+    from mbrl_offline.collect import CollectConfig, collect
+    from mbrl_offline.config import config_to_dataclass
+    from mbrl_offline.data.minari_io import read_minari
+
+    cfg = tool_config(argv, __doc__, CONFIGS, "collect")
     config = config_to_dataclass(CollectConfig, {**cfg.collect, "env": cfg.env.name}, "collect")
     written = collect(config)
     print(f"\n{'level':<15} {'transitions':>11} {'episodes':>8} {'return':>9} {'score':>6}  location")
-    from mbrl_offline.data.minari_io import read_minari
-
     for level, path in written.items():
         meta = read_minari(path).metadata
         print(f"{level:<15} {meta['transitions']:>11} {meta['episodes']:>8} {meta['data_return_mean']:>9.1f} "
@@ -27,4 +33,4 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

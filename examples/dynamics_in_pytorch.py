@@ -8,21 +8,26 @@ model-predictive control: each step it improves a 10-step action plan by gradien
 elites' mean predicted return, differentiating through the model, and compares the return with
 random actions. No library trainer involved:
 the model is an ``nn.Module`` with ``predict``, ``step`` and ``elites``.
+
+``--help`` lists the options; ``--cfg job`` prints them as YAML and runs nothing.
 """
-import argparse
+import sys
 
 import numpy as np
 import torch
 
 import mbrl_offline as m
+from mbrl_offline.cli import ToolArgumentParser, cli_main
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
+@cli_main
+def main(argv: list[str]) -> None:
+    parser = ToolArgumentParser("dynamics_in_pytorch.py", __doc__)
     parser.add_argument("--model", help="a file written by GaussianEnsembleDynamics.save (or the cache)")
-    parser.add_argument("--dataset", default="pendulum-medium")
-    args = parser.parse_args()
+    parser.add_argument("--dataset", default="pendulum-medium", help="a bundled name, D4RL .hdf5 file or Minari id "
+                        "(default: pendulum-medium)")
+    args = parser.parse_args(argv)
     data = m.load_dataset(args.dataset)
     if args.model:
         model = GaussianEnsembleDynamics.load(args.model)
@@ -74,4 +79,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])

@@ -10,30 +10,39 @@ while RAVL, whose pessimism comes from its critic ensemble, does not. Any other 
 to every run (e.g. ``trainer.epochs=100``). Prints a table of what the runs measured: the final
 normalised score, the mean of the last evaluations, the final mean Q of the training batches and
 the mean MOPO penalty of the last rollouts.
+
+``--help`` lists the config groups and where each setting is documented; ``--cfg job`` prints the four
+runs' composed configs and trains nothing.
 """
 import sys
 from pathlib import Path
 
-from mbrl_offline.cli import build_trainer, cli_main, compose
+from mbrl_offline.cli import build_trainer, cli_main, compose, parse_command_line, print_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 RUNS = [("mopo", False), ("mopo", True), ("ravl", False), ("ravl", True)]
+OUT_HELP = "folder for the four run folders (default: runs/edge-of-reach)"
 
 
 @cli_main
 def main(argv: list[str]) -> None:
     from mbrl_offline.logging import read_metrics
 
+    argv, cfg_job = parse_command_line(argv, __doc__, CONFIGS, "train", {"out": OUT_HELP})
     out = Path(next((a.split("=", 1)[1] for a in argv if a.startswith("out=")), "runs/edge-of-reach"))
     overrides = [a for a in argv if not a.startswith("out=")]
     if not any(a.startswith("budget=") for a in overrides):
         overrides.append("budget=quick")
-    rows = []
-    for algo, true_dynamics in RUNS:
+    rows, configs = [], {}
+    for algo, true_dynamics in RUNS:  # every config composed (and so checked) before the first run trains
         model = "true" if true_dynamics else "learned"
-        cfg = compose(CONFIGS, "train", [f"algo={algo}", f"generator.true_dynamics={str(true_dynamics).lower()}",
-                                         "generator.rollout.uncertainty=true", f"trainer.run_dir={out / f'{algo}-{model}'}",
-                                         *overrides])
+        configs[f"{algo}-{model}"] = compose(CONFIGS, "train", [
+            f"algo={algo}", f"generator.true_dynamics={str(true_dynamics).lower()}",
+            "generator.rollout.uncertainty=true", f"trainer.run_dir={out / f'{algo}-{model}'}", *overrides])
+    if cfg_job:
+        print_config(configs)
+    for (algo, true_dynamics), cfg in zip(RUNS, configs.values()):
+        model = "true" if true_dynamics else "learned"
         trainer = build_trainer(cfg)
         summary = trainer.train()
         last = read_metrics(trainer.run_dir)[-1]

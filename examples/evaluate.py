@@ -1,12 +1,13 @@
 """Evaluate a trained policy: `python examples/evaluate.py checkpoint=runs/ravl-hopper-seed0/checkpoint.pt`.
 
 Runs the deterministic policy in the real env and prints the mean return and D4RL-normalised score.
-Settings: ``episodes=10``, ``seed=0``, ``device=cpu``.
+Settings: ``episodes=10``, ``seed=0``, ``device=cpu`` (configs/evaluate.yaml). ``--help`` lists them;
+``--cfg job`` prints the composed config and evaluates nothing.
 """
 import sys
 from pathlib import Path
 
-from mbrl_offline.cli import cli_main, compose
+from mbrl_offline.cli import cli_main, tool_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -18,7 +19,7 @@ def main(argv: list[str]) -> None:
     from mbrl_offline.errors import ConfigError
     from mbrl_offline.evaluation import evaluate_policy
 
-    cfg = compose(CONFIGS, "evaluate", argv)
+    cfg = tool_config(argv, __doc__, CONFIGS, "evaluate")
     if not cfg.checkpoint:
         raise ConfigError("give the checkpoint to evaluate: checkpoint=runs/<run>/checkpoint.pt")
     agent, state = load_policy(cfg.checkpoint, cfg.device)

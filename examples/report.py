@@ -3,19 +3,20 @@
 Each path is a run folder (written by train.py), a sweep folder (sweep.py) or a folder holding them.
 Writes ``report.md`` (a table of final normalised scores per algorithm and dataset: last evaluation and
 mean of the last ten, mean ± std over seeds; for sweeps the best trials, parameter importances and the
-online evaluation episodes the tuning used) and learning-curve PNGs beside it.
+online evaluation episodes the tuning used) and learning-curve PNGs beside it. ``--help`` lists the
+options; ``--cfg job`` prints them as YAML and reads nothing.
 """
-import argparse
 import shlex
 import sys
 
-from mbrl_offline.cli import cli_main
-from mbrl_offline.report import write_report
+from mbrl_offline.cli import ToolArgumentParser, cli_main
 
 
 @cli_main
 def main(argv: list[str]) -> None:
-    parser = argparse.ArgumentParser(prog="report.py", description=__doc__.splitlines()[0])
+    from mbrl_offline.report import write_report
+
+    parser = ToolArgumentParser("report.py", __doc__)
     parser.add_argument("paths", nargs="+", help="run folders, sweep folders, or folders holding them")
     parser.add_argument("--out", default="reports", help="folder for report.md and the PNG figures (default: reports)")
     args = parser.parse_args(argv)

@@ -5,11 +5,14 @@ The search space, sampler, pruner, trials, seeds per trial and storage come from
 train.py, and applies to every trial. Run the same command again to resume an interrupted study, or on
 other machines with ``sweep.storage=postgresql://...`` to add workers to it. At the end it prints the
 best parameters; ``python examples/report.py <sweep.dir>`` writes the sweep's report.
+
+``--help`` lists the config groups and where each setting is documented; ``--cfg job`` prints the
+composed config (training settings and the sweep section) and runs no trial.
 """
 import sys
 from pathlib import Path
 
-from mbrl_offline.cli import build_trainer, cli_main, compose, resolve_train_config
+from mbrl_offline.cli import build_trainer, cli_main, compose, parse_command_line, print_config, resolve_train_config
 from mbrl_offline.config import config_to_dataclass
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.tune import SweepConfig, extreme_values, override, run_sweep, summarize_study
@@ -19,7 +22,10 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 @cli_main
 def main(argv: list[str]) -> None:
+    argv, cfg_job = parse_command_line(argv, __doc__, CONFIGS, "tune")  # --help, --cfg job: as every tool
     cfg = compose(CONFIGS, "tune", argv)
+    if cfg_job:
+        print_config(cfg)
     sweep = config_to_dataclass(SweepConfig, cfg.sweep, "sweep")
     if sweep.for_algo is not None and sweep.for_algo != cfg.algo.name:
         raise ConfigError(f"that search space is written for {sweep.for_algo}, not {cfg.algo.name}; "

@@ -5,18 +5,22 @@ another (a bundled name, a D4RL .hdf5 file or a Minari id), with the algorithm's
 unless ``generator=`` names another (``none``, ``rollouts``, or another algorithm's: configs/generator/). Writes TensorBoard logs, metrics.jsonl
 and checkpoint.pt to ``trainer.run_dir``; ``resume=true`` continues a stopped run. Settings:
 configs/train.yaml.
+
+``--help`` lists the config groups and where each setting is documented; ``--cfg job`` prints the
+composed config and trains nothing. Paths may hold spaces and any characters:
+``trainer.run_dir='runs/été 1'``.
 """
 import sys
 from pathlib import Path
 
-from mbrl_offline.cli import build_trainer, cli_main, compose
+from mbrl_offline.cli import build_trainer, cli_main, tool_config
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
 
 @cli_main
 def main(argv: list[str]) -> None:
-    cfg = compose(CONFIGS, "train", argv)
+    cfg = tool_config(argv, __doc__, CONFIGS, "train")
     trainer = build_trainer(cfg)
     summary = trainer.train(resume=cfg.resume)
     print(f"final normalised score {summary['final_score']:.1f} (return {summary['final_return']:.1f}); "

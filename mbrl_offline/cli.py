@@ -3,6 +3,10 @@
 `compose` builds a run's config from Hydra's groups and the overrides; `cli_main` makes every library
 error a single ``error: ...`` line on stderr and exit status 2. The conversion of configs to and from
 dicts is the library's (`mbrl_offline.config`; the library never imports this module).
+
+Every tool has the same command line (`tool_config`): ``--help``, ``--cfg job`` and Hydra overrides,
+where a value Hydra's grammar cannot read, such as a file path with non-ASCII characters, is taken whole
+as a string (`quote_overrides`).
 """
 from __future__ import annotations
 
@@ -62,7 +66,11 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
     A budget (``configs/budget/``) may hold settings for some runs only, under ``budget.when``:
     ``"<key>=<value>": {settings}`` applies where the composed config has that value (e.g. the quick
     budget's rollout count where ``generator.kind=rollouts``, its update count where
-    ``algo.name=td3bc``). They go in as overrides before the command line's, which win."""
+    ``algo.name=td3bc``). They go in as overrides before the command line's, which win.
+
+    A value Hydra's grammar cannot read (a file path with non-ASCII characters, spaces, ``=`` or ``,``)
+    is taken whole as a string (`quote_overrides`)."""
+    overrides = quote_overrides(list(overrides))
     cfg = _compose(config_dir, config_name, overrides)
     extra = budget_overrides(cfg)
     return _compose(config_dir, config_name, extra + list(overrides)) if extra else cfg
@@ -123,10 +131,11 @@ def _compose(config_dir: str, config_name: str, overrides: list[str]):
                 parent, _, leaf = key.rpartition(".")
                 node = OmegaConf.select(base, parent) if parent else base
                 valid = list(node.keys()) if OmegaConf.is_dict(node) else []
-                hint = did_you_mean(leaf, valid, prefix=f"{parent}." if parent else "") or moved_setting_hint(key, base)
+                hint = (did_you_mean(leaf, valid, prefix=f"{parent}." if parent else "")
+                        or moved_setting_hint(key, base) or group_setting_hint(key, overrides, config_dir, base))
                 raise ConfigError(f"unknown setting '{key}'.{hint}"
                                   + (f" Valid: {', '.join(valid)}." if valid else "")) from None
-            raise ConfigError(message) from None
+            raise ConfigError(added_group_message(message, overrides, config_dir) or message) from None
         except OmegaConfBaseException as exc:
             raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None
 
@@ -194,3 +203,283 @@ def build_trainer(cfg, callbacks=None):
         print(advice, flush=True)
     return build_run(agent_cls.name, dataset, algo_config, gen_config, trainer_config, cfg.device,
                      cache_dir=cfg.dynamics_cache, dynamics_path=cfg.dynamics_path, callbacks=callbacks)
+
+
+# ------------------------------------------------------------------------------------ the tools' command line
+# Every tool in examples/ takes the same command line: ``--help``/``-h``, ``--cfg job`` and Hydra overrides
+# (``group=option``, ``key=value``), parsed here once. `tool_config` is the whole of it for a tool with one
+# config; `parse_command_line`, `print_config` and `tool_help` are its parts, for tools that compose several
+# configs (edge_of_reach.py); `ToolArgumentParser` gives the tools that take options (report.py) the same habits.
+
+HELP_FLAGS = ("-h", "--help")
+CFG_FLAGS = ("-c", "--cfg")
+
+# Where each config section's settings are documented: the dataclass they fill, or the config files.
+SETTING_DOCS = {
+    "algo": "the fields of the algorithm's config dataclass (mbrl_offline/algorithms/<name>.py: RAVLConfig, "
+            "MOPOConfig, MOBILEConfig, COPlannerConfig, TD3BCConfig, IQLConfig)",
+    "generator": "the fields of RolloutGeneratorConfig (mbrl_offline/generators/rollouts.py: generator.rollout.*, "
+                 "generator.dynamics.*, generator.mixing.*, generator.every); generator=none has only "
+                 "NoGeneratorConfig's (mbrl_offline/generators/__init__.py); generator=<algo> starts from that "
+                 "algorithm's published generator",
+    "trainer": "the fields of TrainerConfig (mbrl_offline/trainer.py)",
+    "env": "env.name and env.dataset (a bundled name, D4RL .hdf5 file or Minari id; null: the env's default), "
+           "configs/env/<name>.yaml; the env registry is mbrl_offline/data/envs.py",
+    "budget": "a training schedule, configs/budget/<name>.yaml (trainer.* settings, and under budget.when "
+              "settings for some runs only)",
+    "preset": "published per-dataset settings, configs/preset/<algo>-<env>-<dataset>.yaml",
+    "sweep": "the fields of SweepConfig (mbrl_offline/tune.py); the search space is sweep.space",
+    "collect": "the fields of CollectConfig (mbrl_offline/collect.py)",
+}
+
+QUOTING_NOTE = ("Values are read as Hydra overrides (lists key=[a,b], interpolations ${...}, quotes 'a b'); a "
+                "value Hydra's grammar cannot read as written, such as a file path with spaces, non-ASCII "
+                "characters, '=' or ',' (in the shell: key='/tmp/runs/été 1'), is taken "
+                "whole as a string.")
+
+
+def tool_config(argv: list[str], doc: str, config_dir, config_name: str, extra_settings: dict | None = None):
+    """A tool's command line, the same for every tool in examples/: ``--help`` prints `tool_help` and
+    exits 0; ``--cfg job`` prints the composed config (`compose`: budget settings applied) as YAML and
+    exits 0; anything else is Hydra overrides, and the composed config is returned."""
+    overrides, show = parse_command_line(argv, doc, config_dir, config_name, extra_settings)
+    cfg = compose(config_dir, config_name, overrides)
+    if show:
+        print_config(cfg)
+    return cfg
+
+
+def parse_command_line(argv: list[str], doc: str, config_dir, config_name: str,
+                       extra_settings: dict | None = None) -> tuple[list[str], bool]:
+    """``(overrides, cfg_job)``: the Hydra overrides of ``argv`` and whether ``--cfg job`` (also
+    ``-c job``, ``--cfg=job``) asked for the composed config. ``--help``/``-h`` prints `tool_help` and
+    exits 0 before anything else; ``--resolve`` is accepted (the config is always resolved); any other
+    ``-option`` is a `ConfigError`."""
+    if any(a in HELP_FLAGS for a in argv):
+        print(tool_help(doc, config_dir, config_name, extra_settings))
+        sys.exit(0)
+    overrides, cfg_job, rest = [], False, list(argv)
+    while rest:
+        arg = rest.pop(0)
+        name, eq, value = arg.partition("=")
+        if name in CFG_FLAGS:
+            if not eq:
+                value = rest.pop(0) if rest else ""
+            if value != "job":
+                raise ConfigError(f"{name} {value or '(nothing)'}: these tools print only the job's config "
+                                  f"(they have no Hydra settings of their own); write {name} job.")
+            cfg_job = True
+        elif arg == "--resolve":
+            continue
+        elif arg in ("-m", "--multirun"):
+            raise ConfigError(f"{arg}: the tools run one job; for a search over settings use examples/sweep.py.")
+        elif arg.startswith("-"):
+            raise ConfigError(f"unknown option '{arg}'; the tools take --help, --cfg job and setting=value "
+                              f"overrides (see --help).")
+        else:
+            overrides.append(arg)
+    return overrides, cfg_job
+
+
+def print_config(cfg) -> None:
+    """Print a config (a composed DictConfig or a plain dict) as YAML and exit 0: ``--cfg job``."""
+    from omegaconf import OmegaConf
+
+    print(OmegaConf.to_yaml(OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg), end="", flush=True)
+    sys.exit(0)
+
+
+def tool_help(doc: str, config_dir, config_name: str, extra_settings: dict | None = None) -> str:
+    """A tool's ``--help``: its purpose (the first paragraph of its module docstring), its config groups
+    and their options (read from ``config_dir``), and where each setting is documented."""
+    prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "tool.py"
+    groups, settings = config_layout(config_dir, config_name)
+    lines = [purpose(doc), "",
+             f"usage: python examples/{prog} [--help] [--cfg job] [group=option ...] [setting=value ...]", ""]
+    if groups:
+        lines.append("Config groups (configs/<group>/); choose one option with group=option:")
+        for group, options, default in groups:
+            if default is None:
+                shown = "none"
+            elif "${" in str(default):
+                shown = f"as {str(default).strip('${}')}"  # e.g. the generator follows the algo
+            else:
+                shown = str(default)
+            lines.append(f"  {group}: {', '.join(options)} (default: {shown})")
+    else:
+        lines.append("Config groups: none.")
+    lines += ["", f"Settings (configs/{config_name}.yaml and the files it includes), where each is documented:"]
+    section_names = {name for name, _, _ in settings}
+    for group, _, _ in groups:
+        if group in SETTING_DOCS and group not in section_names:
+            lines.append(f"  {group}{'.*' if group in ('algo', 'generator', 'env') else ''}: {SETTING_DOCS[group]}")
+    for name, default, comment in settings:
+        if name in SETTING_DOCS:
+            lines.append(f"  {name}.*: {SETTING_DOCS[name]}")
+        else:
+            lines.append(f"  {name}={default}" + (f"  # {comment}" if comment else ""))
+    for name, text in (extra_settings or {}).items():
+        lines.append(f"  {name}: {text}")
+    lines += ["", "--cfg job prints the composed config (what the tool would run with) as YAML and runs nothing.",
+              QUOTING_NOTE]
+    return "\n".join(_wrap(line) for line in lines)
+
+
+def _wrap(line: str, width: int = 110) -> str:
+    """A help line wrapped at ``width``, continuation lines indented under its text."""
+    import textwrap
+
+    indent = " " * (len(line) - len(line.lstrip()) + 4)
+    return textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False, break_on_hyphens=False) or line
+
+
+def purpose(doc: str) -> str:
+    """The first paragraph of a module docstring."""
+    return (doc or "").strip().split("\n\n")[0].strip()
+
+
+def config_layout(config_dir, config_name: str) -> tuple[list, list]:
+    """What ``configs/<config_name>.yaml`` is made of, read from the files (nothing composed):
+    ``(groups, settings)``, groups as ``(group, options, default option)`` for each config group
+    (a folder of ``config_dir``) its defaults list names, settings as ``(name, default, comment)`` for
+    each top-level key of it and of the configs it includes (a section such as ``trainer`` with the
+    default and comment empty)."""
+    import re
+
+    import yaml
+
+    root = Path(config_dir)
+    groups: dict = {}
+    settings: dict = {}
+
+    def visit(name: str) -> None:
+        path = root / f"{name}.yaml"
+        text = path.read_text(encoding="utf-8")
+        for entry in (yaml.safe_load(text) or {}).get("defaults", []):
+            if isinstance(entry, str) and entry != "_self_" and (root / f"{entry}.yaml").exists():
+                visit(entry)
+            elif isinstance(entry, dict):
+                for key, default in entry.items():
+                    group = key.replace("optional ", "").split("@")[0].strip()
+                    if (root / group).is_dir():
+                        groups.setdefault(group, default)
+                    elif group in SETTING_DOCS:  # a group of the config store (trainer: defaults)
+                        settings.setdefault(group, ("", ""))
+        for line in text.splitlines():
+            match = re.match(r"^([A-Za-z_]\w*):\s*(.*?)\s*(?:#\s*(.*))?$", line)
+            if match and match[1] not in ("defaults", "hydra"):
+                key, value, comment = match[1], match[2], match[3] or ""
+                settings.setdefault(key, ("", "") if value == "" else (value, comment))
+
+    visit(config_name)
+    group_rows = [(g, sorted(p.stem for p in (root / g).glob("*.yaml")), d) for g, d in groups.items()]
+    return group_rows, [(k, v, c) for k, (v, c) in settings.items() if k not in groups or k in SETTING_DOCS]
+
+
+class ToolArgumentParser:
+    """``argparse`` for the tools that take options rather than settings (report.py,
+    dynamics_in_pytorch.py), with the other tools' habits: ``--help`` shows the module docstring's first
+    paragraph, ``--cfg job`` prints the parsed options as YAML and exits 0, and a mistake is one
+    `ConfigError` line (exit status 2 under `cli_main`)."""
+
+    def __init__(self, prog: str, doc: str):
+        import argparse
+
+        class _Parser(argparse.ArgumentParser):
+            def error(self, message):  # argparse prints usage and exits; the tools print one line
+                raise ConfigError(f"{message} (see {self.prog} --help).")
+
+        self.parser = _Parser(prog=prog, description=purpose(doc),
+                              epilog="--cfg job prints the parsed options as YAML and runs nothing.",
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+        self.add_argument = self.parser.add_argument
+
+    def parse_args(self, argv: list[str]):
+        rest, cfg_job = [], False
+        args = list(argv)
+        while args:
+            arg = args.pop(0)
+            name, eq, value = arg.partition("=")
+            if name in CFG_FLAGS:
+                value = value if eq else (args.pop(0) if args else "")
+                if value != "job":
+                    raise ConfigError(f"{name} {value or '(nothing)'}: write {name} job to print the options.")
+                cfg_job = True
+            else:
+                rest.append(arg)
+        parsed = self.parser.parse_args(rest)
+        if cfg_job:
+            print_config({k: (str(v) if isinstance(v, Path) else v) for k, v in vars(parsed).items()})
+        return parsed
+
+
+def group_setting_hint(key: str, overrides: list[str], config_dir, cfg) -> str:
+    """Where a config group's choice was written as a setting, ``collect.env=hopper``, or ``env.name=hopper``
+    in a config ``cfg`` without an env: the env is the ``env`` group, chosen with ``env=hopper`` as in
+    train.py."""
+    root = Path(config_dir)
+    parts = key.split(".")
+    if len(parts) < 2:
+        return ""
+    if (root / parts[-1]).is_dir():
+        group = parts[-1]
+    elif (root / parts[0]).is_dir() and parts[0] not in cfg:
+        group = parts[0]
+    else:
+        return ""
+    value = next((o.partition("=")[2] for o in overrides if o.partition("=")[0].lstrip("+~") == key), "")
+    options = ", ".join(sorted(p.stem for p in (root / group).glob("*.yaml")))
+    if parts[-1] == group or parts[-1] == "name":
+        return f" The {group} is a config group: choose it with {group}={value or '<option>'} ({options})."
+    return f" {group}.* settings need the {group} group chosen: {group}=<option> ({options})."
+
+
+def added_group_message(message: str, overrides: list[str], config_dir) -> str:
+    """Hydra's "Multiple values for env" (``+env=hopper`` where the config already has an env) as the
+    command line to write instead; empty for any other message."""
+    group = message.removeprefix("Multiple values for ").split(".")[0].strip()
+    if not message.startswith("Multiple values for ") or not (Path(config_dir) / group).is_dir():
+        return ""
+    value = next((o.partition("=")[2] for o in overrides if o.partition("=")[0] in (f"+{group}", f"++{group}")),
+                 "<option>")
+    return (f"+{group}={value}: {group} is already chosen by this config; choose another with {group}={value} "
+            f"(without '+').")
+
+
+def quote_overrides(overrides: list[str]) -> list[str]:
+    """The overrides with every value that Hydra's grammar would reject, or read as a sweep (which a
+    single run cannot do), quoted as one string: file paths with spaces, non-ASCII characters (Hydra's
+    unquoted values are ASCII only), ``=``, ``,``, brackets or quotes work as written. Values Hydra reads
+    (numbers, lists ``[a,b]``, dicts, interpolations ``${...}``, quoted strings) are unchanged, and so is
+    a value that starts as Hydra syntax (``[``, ``{``, a quote, a call of one of Hydra's functions such as
+    ``choice(``), so that its mistake gets Hydra's own message. A path that starts with ``[``, ``{`` or a
+    quote needs Hydra's quotes: ``key="[draft] run"``."""
+    return [_quoted(o) for o in overrides]
+
+
+def _quoted(override: str) -> str:
+    import re
+
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Quote, QuotedString
+
+    key, sep, value = override.partition("=")
+    if not sep or not value:
+        return override
+    parser = OverridesParser.create()
+    start = value.lstrip()
+    call = re.match(r"([A-Za-z_]\w*)\s*\(", start)
+    # Hydra syntax: a list, a dict, a quoted string or a call of one of its functions (choice(a,b), int(3), ...)
+    if start[:1] in ("[", "{", "'", '"') or (call and call[1] in parser.functions.definitions):
+        return override
+    try:
+        if not parser.parse_override(override).is_sweep_override():
+            return override  # Hydra reads it: a number, a word, a path of ASCII characters, an interpolation
+    except Exception:  # any failure to parse: Hydra cannot read the value as written
+        pass
+    quoted = f"{key}={QuotedString(text=value, quote=Quote.single).with_quotes()}"
+    try:
+        parser.parse_override(quoted)
+    except Exception:  # the key itself is wrong: Hydra's message names it
+        return override
+    return quoted

@@ -1,0 +1,246 @@
+"""One command-line style for every tool in examples/: ``--help``, ``--cfg job``, one-line errors and
+override values that may be any file path (mbrl_offline/cli.py: tool_config, quote_overrides)."""
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import pytest
+import yaml
+
+from mbrl_offline.cli import SETTING_DOCS, compose, quote_overrides
+from mbrl_offline.errors import ConfigError
+
+from test_train_cli import RUN_TINY
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = ROOT / "configs"
+TOOLS = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
+GROUPS = ["algo", "generator", "env", "budget", "preset"]
+# The config groups each tool's --help must list (the tools without a config take options instead).
+TOOL_GROUPS = {"train": GROUPS, "sweep": GROUPS + ["sweep"], "edge_of_reach": GROUPS, "collect": ["env"],
+               "inspect_dataset": ["env"], "evaluate": [], "report": None, "dynamics_in_pytorch": None}
+# File paths that Hydra's override grammar does not read as written: non-ASCII, spaces, '=', ',', brackets,
+# quotes, trailing backslashes, shell-ish characters.
+PATHS = ["/tmp/données/run", "/tmp/runs/été 1", "/tmp/my runs/x", "runs/a=b,c", "runs/a,b", "runs/x[1]{2}(3)",
+         "runs/l'été 2", 'runs/"quoted"', "C:\\temp\\été\\", "~/d4rl/hopper_medium-v2.hdf5", "runs/日本語/ü",
+         "runs/#1; & ~x!", "runs/ünï cödé=1,2/ckpt.pt", "backup(old)/run"]
+
+
+def load_tool(name: str):
+    spec = importlib.util.spec_from_file_location(f"examples_{name}", ROOT / "examples" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_in_process(name: str, argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    """The tool's ``main(argv)`` in this process (as ``python examples/<name>.py argv``), for the commands that
+    end in `SystemExit` (--help, --cfg job, errors): ``(exit status, stdout, stderr)``."""
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "examples" / f"{name}.py"), *argv])
+    with pytest.raises(SystemExit) as stopped:
+        load_tool(name).main(argv)
+    out = capsys.readouterr()
+    return stopped.value.code or 0, out.out, out.err
+
+
+def run_script(name: str, *argv: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``python examples/<name>.py argv`` in the empty folder ``tmp_path/work`` (caches outside it)."""
+    (tmp_path / "work").mkdir(exist_ok=True)
+    env = {**os.environ, "MBRL_OFFLINE_CACHE": str(tmp_path.parent / f"{tmp_path.name}-cache"),
+           "MINARI_DATASETS_PATH": str(tmp_path.parent / f"{tmp_path.name}-minari")}
+    return subprocess.run([sys.executable, str(ROOT / "examples" / f"{name}.py"), *argv], capture_output=True,
+                          text=True, timeout=300, env=env, cwd=tmp_path / "work")
+
+
+def test_every_tool_is_covered():
+    assert sorted(TOOL_GROUPS) == TOOLS, "a new tool in examples/ needs its --help and --cfg job checked here"
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_gives_purpose_groups_and_where_settings_are_documented(tool, flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_in_process(tool, ["algo=ravl", flag], monkeypatch, capsys)
+    assert status == 0 and err == "", err
+    doc = load_tool(tool).__doc__.strip().split("\n\n")[0]
+    assert doc.splitlines()[0].split(":")[0] in out  # the purpose: the docstring's first paragraph
+    assert "--cfg job" in out
+    out = " ".join(out.split())  # the help is wrapped to the terminal's width
+    groups = TOOL_GROUPS[tool]
+    if groups is not None:
+        for group in groups:  # each group with its options, read from configs/<group>/
+            options = ", ".join(sorted(p.stem for p in (CONFIGS / group).glob("*.yaml")))
+            assert f" {group}: {options} (default: " in out, out
+        if "algo" in groups:
+            assert "algo.*: the fields of the algorithm's config dataclass (mbrl_offline/algorithms/" in out
+            assert "trainer.*: the fields of TrainerConfig (mbrl_offline/trainer.py)" in out
+            assert " seed=0 " in out and " device=cpu # cpu, cuda" in out  # top-level settings with their comments
+        if tool == "collect":
+            assert "collect.*: the fields of CollectConfig (mbrl_offline/collect.py)" in out
+        if tool == "evaluate":
+            assert "Config groups: none." in out and " checkpoint=null # a run's checkpoint.pt" in out
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_setting_docs_name_files_and_classes_that_exist():
+    """--help says where settings are documented: every file and config class it names exists."""
+    sources = {p: p.read_text() for p in (ROOT / "mbrl_offline").rglob("*.py")}
+    for text in SETTING_DOCS.values():
+        for path in re.findall(r"(?:mbrl_offline|configs)/[\w/<>.-]+", text):
+            if "<" not in path:
+                assert (ROOT / path.rstrip(".,")).exists(), path
+        for name in re.findall(r"\b\w+Config\b", text):
+            assert any(f"class {name}" in source for source in sources.values()), name
+
+
+def cfg_job_cases(tmp_path: Path) -> dict:
+    """Per tool: the arguments (with a path setting that Hydra's grammar alone rejects) and a check of the
+    printed config."""
+    path = str(tmp_path / "données" / "été 1=a,b")
+    return {
+        "train": (["algo=td3bc", "budget=quick", f"trainer.run_dir={path}", "--cfg", "job"],
+                  lambda c: c["trainer"]["run_dir"] == path and c["algo"]["name"] == "td3bc"
+                  and c["trainer"]["epochs"] == 40),  # the quick budget's setting for td3bc only
+        "sweep": (["algo=td3bc", "--cfg=job", "sweep.n_trials=3", f"sweep.dir={path}"],
+                  lambda c: c["sweep"]["n_trials"] == 3 and c["sweep"]["dir"] == path
+                  and c["sweep"]["for_algo"] == "td3bc"),
+        "edge_of_reach": ([f"out={path}", "trainer.epochs=3", "-c", "job"],
+                          lambda c: sorted(c) == ["mopo-learned", "mopo-true", "ravl-learned", "ravl-true"]
+                          and c["ravl-true"]["trainer"]["run_dir"] == f"{path}/ravl-true"
+                          and c["mopo-true"]["generator"]["true_dynamics"] is True
+                          and all(run["trainer"]["epochs"] == 3 for run in c.values())),
+        "evaluate": ([f"checkpoint={path}/checkpoint.pt", "episodes=3", "--cfg", "job"],
+                     lambda c: c == {"checkpoint": f"{path}/checkpoint.pt", "episodes": 3, "seed": 0, "device": "cpu"}),
+        "collect": (["env=pendulum", f"collect.run_dir={path}", "--cfg", "job"],
+                    lambda c: c["collect"]["run_dir"] == path and c["env"]["name"] == "pendulum"),
+        "inspect_dataset": (["env=pendulum", f"dataset={path}.hdf5", f"out={path}/x.hdf5", "--cfg", "job"],
+                            lambda c: c["dataset"] == f"{path}.hdf5" and c["out"] == f"{path}/x.hdf5"
+                            and c["env"]["name"] == "pendulum"),
+        "report": ([path, "--out", f"{path}/report", "--cfg", "job"],
+                   lambda c: c == {"paths": [path], "out": f"{path}/report"}),
+        "dynamics_in_pytorch": (["--model", f"{path}.pt", "--cfg", "job"],
+                                lambda c: c == {"model": f"{path}.pt", "dataset": "pendulum-medium"}),
+    }
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_cfg_job_prints_the_composed_config_and_writes_nothing(tool, tmp_path, monkeypatch, capsys):
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    argv, check = cfg_job_cases(tmp_path)[tool]
+    status, out, err = run_in_process(tool, argv, monkeypatch, capsys)
+    assert status == 0 and err == "", err
+    assert check(yaml.safe_load(out)), out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["work"] and list(work.iterdir()) == []
+
+
+@pytest.mark.parametrize("tool", ["train", "collect", "inspect_dataset", "edge_of_reach"])
+@pytest.mark.parametrize("argv, message", [
+    (["--multirun", "seed=1"], "error: --multirun: the tools run one job; for a search over settings use"),
+    (["--cfg", "hydra"], "error: --cfg hydra: these tools print only the job's config"),
+    (["--config-dir", "x"], "error: unknown option '--config-dir'; the tools take --help, --cfg job and setting=value"),
+])
+def test_other_options_give_one_line(tool, argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_in_process(tool, argv, monkeypatch, capsys)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and err.startswith(message), err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_any_file_path_arrives_unchanged(path):
+    assert compose(CONFIGS, "evaluate", [f"checkpoint={path}"]).checkpoint == path
+    train = compose(CONFIGS, "train", [f"trainer.run_dir={path}", f"dynamics_path={path}"])
+    assert train.trainer.run_dir == path and train.dynamics_path == path
+
+
+def test_hydra_syntax_still_works():
+    unchanged = ["seed=3", "collect.levels=[random,medium]", "trainer.run_dir=runs/${algo.name}", "x='a b'",
+                 "+a.b={c: 1}", "~preset", "algo=td3bc", "seed=choice(1,2)", "seed=int(3)"]
+    assert quote_overrides(unchanged) == unchanged
+    collect = compose(CONFIGS, "collect", ["collect.levels=[random, medium]", "collect.seed=3"])
+    assert list(collect.collect.levels) == ["random", "medium"] and collect.collect.seed == 3
+    train = compose(CONFIGS, "train", ["trainer.run_dir=runs/${algo.name}-été 1", "algo=td3bc"])
+    assert train.trainer.run_dir == "runs/td3bc-été 1"  # an interpolation inside a value that needed quoting
+    with pytest.raises(ConfigError, match="cannot parse the override: no viable alternative at input '\\[1'"):
+        compose(CONFIGS, "train", ["generator.rollout.horizon=[1"])
+
+
+def raw_d4rl_file(path: Path, data) -> Path:
+    """A D4RL file without our metadata: its name must say the env, or ``env=`` must."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with h5py.File(path, "w") as f:
+        for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
+            f.create_dataset(key, data=getattr(data, key))
+    return path
+
+
+def test_inspect_dataset_env_is_the_env_group_so_the_advice_works(tmp_path, hopper_data, monkeypatch, capsys):
+    source = raw_d4rl_file(tmp_path / "données" / "my data.hdf5", hopper_data)
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_in_process("inspect_dataset", [f"dataset={source}"], monkeypatch, capsys)
+    assert status == 2 and "cannot tell which environment this D4RL file is for; pass env=<name>" in err
+    export = tmp_path / "données" / "été 1=x,y.hdf5"
+    monkeypatch.setattr(sys, "argv", ["inspect_dataset.py"])
+    load_tool("inspect_dataset").main([f"dataset={source}", "env=hopper", f"out={export}"])  # the advice, any path
+    assert '"transitions": 300' in capsys.readouterr().out and export.exists()
+    status, out, err = run_in_process("inspect_dataset", ["env=hoper"], monkeypatch, capsys)
+    assert status == 2 and err.startswith("error: unknown env 'hoper'. Did you mean 'hopper'?")
+    status, out, err = run_in_process("inspect_dataset", [], monkeypatch, capsys)
+    assert status == 2 and err.startswith("error: give the dataset to inspect: dataset=")
+
+
+def test_collect_and_inspect_errors_are_one_line_and_write_no_log(tmp_path):
+    """Run as scripts, in an empty folder: one line, status 2, no log file, no outputs/ or .hydra folder."""
+    for tool, argv, message in [
+        ("inspect_dataset", ["dataset=hopper-medium", "overwrit=true"],
+         "error: unknown setting 'overwrit'. Did you mean 'overwrite'?"),
+        ("inspect_dataset", [f"dataset={tmp_path / 'nowhere' / 'données.hdf5'}"], f"error: {tmp_path / 'nowhere'}"),
+        ("collect", ["env=pendulum", "collect.seeed=1", f"collect.run_dir={tmp_path / 'run'}"],
+         "error: unknown setting 'collect.seeed'. Did you mean 'collect.seed'?"),
+    ]:
+        done = run_script(tool, *argv, tmp_path=tmp_path)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), done.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["work"] and list((tmp_path / "work").iterdir()) == []
+
+
+def test_a_tiny_run_trains_and_evaluates_in_a_folder_with_any_characters(tmp_path):
+    run_dir = tmp_path / "données" / "été 1=a,b"
+    trained = run_script("train", "algo=td3bc", *RUN_TINY, f"trainer.run_dir={run_dir}", tmp_path=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    assert (run_dir / "checkpoint.pt").exists() and (run_dir / "metrics.jsonl").exists()
+    evaluated = run_script("evaluate", f"checkpoint={run_dir / 'checkpoint.pt'}", "episodes=1", tmp_path=tmp_path)
+    assert evaluated.returncode == 0 and "td3bc on Pendulum-v1, epoch 2, 1 episodes: return" in evaluated.stdout, \
+        evaluated.stderr
+    assert list((tmp_path / "work").iterdir()) == []
+
+
+def test_a_list_written_with_commas_alone_gets_the_list_syntax(tmp_path, monkeypatch, capsys):
+    """``a,b`` is a string to these tools (a path may hold commas); a list setting says how to write a list."""
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_in_process("collect", ["env=pendulum", "collect.levels=random,medium",
+                                                  f"collect.run_dir={tmp_path / 'run'}"], monkeypatch, capsys)
+    assert status == 2 and err == "error: collect.levels = 'random,medium' must be a list, e.g. collect.levels=[a,b].\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("tool, argv, message", [
+    ("inspect_dataset", ["env.name=pendulum"],
+     "error: unknown setting 'env.name'. The env is a config group: choose it with env=pendulum (ant, halfcheetah,"),
+    ("collect", ["collect.env=pendulum"],
+     "error: unknown setting 'collect.env'. The env is a config group: choose it with env=pendulum (ant, "),
+    ("inspect_dataset", ["env.dataset=x.hdf5"],
+     "error: unknown setting 'env.dataset'. env.* settings need the env group chosen: env=<option> (ant, "),
+    ("train", ["+env=pendulum"],
+     "error: +env=pendulum: env is already chosen by this config; choose another with env=pendulum (without '+')."),
+])
+def test_a_group_written_as_a_setting_gets_the_group_syntax(tool, argv, message, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    status, out, err = run_in_process(tool, [*argv, "--cfg", "job"], monkeypatch, capsys)
+    assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and err.startswith(message), err
