@@ -206,6 +206,7 @@ def bench_dynamics(device, repeats: int, rows: int = 100_000, epochs: int = 2, c
 def bench_rollouts(device, repeats: int):
     agent = RAVL(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), RAVLConfig(), device)
     model = GaussianEnsembleDynamics(OBS, ACT, RAVL.published_generator().dynamics).to(device)
+    model.mark_fitted()  # random weights: rollouts are timed, not used
     rollouts = BranchedRollouts(model, never, RolloutConfig())
     buffer = TransitionBuffer(rollouts.buffer_capacity, OBS, ACT, device, extra_fields=rollouts.config.extra_fields)
     starts_from = torch.randn(1_000_000, OBS, device=device)
@@ -230,6 +231,7 @@ def bench_upmpc_rollouts(device, repeats: int, starts: int = 5_000):
     published = COPlanner.published_generator()
     rollout = dataclasses.replace(published.rollout, rollouts_per_epoch=starts)
     model = GaussianEnsembleDynamics(OBS, ACT, published.dynamics).to(device)
+    model.mark_fitted()  # random weights: rollouts are timed, not used
     rollouts = BranchedRollouts(model, never, rollout)
     starts_from = torch.randn(100_000, OBS, device=device)
     rng = torch.Generator(device=device).manual_seed(0)

@@ -15,7 +15,8 @@ config) in its metadata, and optionally exported to a D4RL-format HDF5 file besi
 is written as soon as its policy exists, so medium data is available long before the expert is.
 
 The run is resumable: every ``checkpoint_every`` steps (at an episode end) the agent, optimisers,
-replay buffer, random-number states and progress are saved atomically in ``run_dir``; calling
+replay buffer, random-number states and progress are saved atomically in ``run_dir`` (tensors and
+plain data, read back with ``weights_only=True``: `mbrl_offline.torch_files`); calling
 `collect` again with the same config continues from there and gives the same datasets as an
 uninterrupted run. Episode ``i`` of training is reset with seed ``seed * 1_000_003 + i``.
 """
@@ -37,7 +38,8 @@ from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.data.envs import EnvInfo, get_env_info
 from mbrl_offline.data.minari_io import minari_dataset_dir, read_minari, write_minari
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.utils import atomic_torch_save, progress_bar
+from mbrl_offline.torch_files import load_plain, save_plain
+from mbrl_offline.utils import progress_bar
 
 LEVELS = ("random", "medium", "medium-replay", "expert", "medium-expert")
 STATE_FILE = "collect_state.pt"
@@ -376,10 +378,12 @@ class _Collector:
             "numpy_rng": self.rng.bit_generator.state, "torch_rng": torch.get_rng_state(),
             "sample_generator": self.sample_generator.get_state(),
         }
-        atomic_torch_save(state, self.state_path)
+        save_plain(state, self.state_path)
 
     def _load(self) -> None:
-        state = torch.load(self.state_path, map_location=self.cfg.device, weights_only=False)
+        state = load_plain(self.state_path, self.cfg.device,
+                           "If an older version of mbrl_offline wrote it, it cannot be resumed: delete it or "
+                           "choose another run_dir; otherwise load only files from a source you trust.")
         saved, current = dict(state["config"]), asdict(self.cfg)
         # Settings a resumed run may change: run-time ones, budgets, and the medium selection rule until
         # the medium policy has been chosen (afterwards it would no longer describe the data).

@@ -17,8 +17,9 @@ from typing import Optional
 
 import torch
 
-from mbrl_offline.algorithms import get_algorithm
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.algorithms import ALGORITHMS, get_algorithm
+from mbrl_offline.data.dataset import require_dataset
+from mbrl_offline.errors import ConfigError, InputTypeError, type_name
 from mbrl_offline.generators import GENERATORS, build_generator
 from mbrl_offline.trainer import Trainer, TrainerConfig
 
@@ -49,7 +50,17 @@ def build_run(algo: str, dataset, algo_config=None, generator_config=None,
     ``dynamics_path`` or the cache in ``cache_dir``. Agents whose losses use the dynamics model (MOBILE)
     get the generator's. The torch seed is set to ``trainer_config.seed`` before anything is built.
     """
+    if not isinstance(algo, str):
+        raise InputTypeError(f"build_run's algo must be an algorithm's name (one of {', '.join(ALGORITHMS)}), "
+                             f"got {type_name(algo)}.")
+    require_dataset(dataset, "build_run")
     agent_cls, config_cls = get_algorithm(algo)
+    if algo_config is not None and not isinstance(algo_config, config_cls):
+        raise InputTypeError(f"build_run's algo_config for {algo} must be a {config_cls.__name__}, got "
+                             f"{type_name(algo_config)}; e.g. {config_cls.__name__}(batch_size=256).")
+    if generator_config is not None and not isinstance(generator_config, tuple(c for c, _ in GENERATORS.values())):
+        raise InputTypeError(f"build_run's generator_config must be a generator config (e.g. "
+                             f"mbrl_offline.generators.RolloutGeneratorConfig()) or None, got {type_name(generator_config)}.")
     algo_config = algo_config if algo_config is not None else config_cls()
     generator_config = generator_config if generator_config is not None else agent_cls.published_generator()
     check_pair(agent_cls, generator_config)

@@ -19,3 +19,22 @@ class TrainingDiverged(MbrlOfflineError, RuntimeError):
 
 class CheckpointError(MbrlOfflineError, ValueError):
     """A checkpoint is missing, unreadable, or does not belong to the run being resumed."""
+
+
+class InputError(MbrlOfflineError, ValueError):
+    """An argument of a library call with the wrong shape or values (observations of the wrong width,
+    a NaN observation)."""
+
+
+class InputTypeError(MbrlOfflineError, TypeError):
+    """An argument of a library call of the wrong type (a numpy array where a dataset is expected)."""
+
+
+class NotFittedError(MbrlOfflineError, RuntimeError):
+    """A model asked to predict before it was fitted or loaded."""
+
+
+def type_name(value) -> str:
+    """``value``'s type as error messages name it: ``str``, ``numpy.ndarray``."""
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"

@@ -17,6 +17,8 @@ from typing import Any, Optional, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from mbrl_offline.errors import InputError, InputTypeError, type_name
+
 Batch = dict[str, torch.Tensor]
 
 
@@ -71,7 +73,8 @@ class Agent(Protocol):
     def act(self, obs: np.ndarray, deterministic: bool) -> np.ndarray:
         """Action(s) for one observation or a batch, as numpy: the policy's mode (evaluation in the real
         env) or a sample. Callers pass ``deterministic``; the agents' defaults differ (SAC samples, as
-        data collection wants; TD3+BC and IQL give the mode)."""
+        data collection wants; TD3+BC and IQL give the mode). Observations of another shape, or
+        with NaN or infinite values, raise `mbrl_offline.errors.InputError` (`checked_observations`)."""
         ...
 
     def state_dict(self) -> dict:
@@ -145,6 +148,43 @@ class FeedForwardAgent:
     def initial_state(self, batch_size: int) -> None:
         """No recurrent state: None."""
         return None
+
+    def act_input(self, obs) -> torch.Tensor:
+        """What every agent's ``act`` does first: `checked_observations` for this agent's ``obs_dim``
+        (one observation or a batch, finite numbers) as a float32 tensor on its device."""
+        return checked_observations(obs, self.obs_dim, self.device, f"{self.name}.act")
+
+
+def checked_observations(obs, obs_dim: int, device, where: str = "act") -> torch.Tensor:
+    """``obs`` (a numpy array, a list or a tensor) as a float32 tensor on ``device``, after checking
+    what a policy can act on: numbers (else `InputTypeError`), one observation ``(obs_dim,)`` or a batch
+    ``(B, obs_dim)`` (else `InputError`), all finite (else `InputError`: a NaN observation would give a
+    NaN action silently). Messages name ``where``, the problem and the fix. Meant for ``act`` (evaluation
+    and data collection), not for the training updates."""
+    if isinstance(obs, torch.Tensor):
+        if obs.is_complex() or obs.dtype == torch.bool:
+            raise InputTypeError(f"{where}: observations must be real numbers, got a {obs.dtype} tensor.")
+        tensor = obs.to(device=device, dtype=torch.float32)
+        finite = bool(torch.isfinite(tensor).all())  # act returns numpy, so it waits for the device anyway
+    else:
+        try:
+            if obs is None or isinstance(obs, (str, bytes, dict)):
+                raise TypeError
+            array = np.asarray(obs, dtype=np.float32)
+        except (TypeError, ValueError):
+            raise InputTypeError(f"{where}: observations must be numbers, a numpy array of shape ({obs_dim},) or "
+                                 f"(batch, {obs_dim}), got {type_name(obs)}.") from None
+        finite = bool(np.isfinite(array).all())
+        tensor = torch.as_tensor(array, device=device)
+    if tensor.dim() not in (1, 2) or tensor.shape[-1] != obs_dim:
+        raise InputError(f"{where}: observations must have shape ({obs_dim},) (one) or (batch, {obs_dim}), got "
+                         f"{tuple(tensor.shape)}; pass observations of the env the agent was built for.")
+    if not finite:
+        bad = torch.nonzero(~torch.isfinite(tensor.reshape(-1, obs_dim)).all(dim=1))[0].item()
+        row = f"row {bad} of the batch" if tensor.dim() == 2 else "the observation"
+        raise InputError(f"{where}: {row} holds NaN or infinite values, and the action for it would be NaN; "
+                         f"check what produced it (a simulation that diverged, a reset that failed).")
+    return tensor
 
 
 class FunctionPolicy:

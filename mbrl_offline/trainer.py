@@ -17,13 +17,13 @@ names and settings.
 A checkpoint holds the agent (weights, optimisers, config), the generator's settings and state, the
 synthetic buffer, every random-number state and the epoch, so ``resume=True`` continues exactly as if
 the run had not stopped (same device and thread count). The real buffer is rebuilt from the dataset,
-whose fingerprint must match.
+whose fingerprint must match. It holds tensors and plain data only and is read with ``weights_only=True``
+(`mbrl_offline.checkpoint`), so loading a checkpoint someone shares runs no code.
 """
 from __future__ import annotations
 
 import json
 import math
-import random
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -35,12 +35,16 @@ import torch
 from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import Mixing, MixingConfig, TransitionBuffer
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
+from mbrl_offline.checkpoint import numpy_rng_state, python_rng_state, set_numpy_rng_state, set_python_rng_state
+from mbrl_offline.data.dataset import require_dataset
 from mbrl_offline.data.envs import get_env_info
-from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError, TrainingDiverged
+from mbrl_offline.errors import (CheckpointError, ConfigError, DatasetError, InputTypeError, TrainingDiverged,
+                                 type_name)
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
 from mbrl_offline.roles import Agent, Generator
-from mbrl_offline.utils import atomic_path, atomic_torch_save, progress_bar
+from mbrl_offline.torch_files import save_plain
+from mbrl_offline.utils import atomic_path, progress_bar
 
 
 @dataclass
@@ -69,6 +73,7 @@ class Trainer:
 
     def __init__(self, agent: Agent, dataset, config: TrainerConfig = TrainerConfig(),
                  generator: Optional[Generator] = None, callbacks: Optional[list] = None):
+        check_trainer_parts(agent, dataset, config, generator)
         if dataset.env_name is None:
             raise DatasetError("the dataset names no env, so the policy cannot be evaluated; "
                                   "load it with an env (e.g. load_dataset(path, env='hopper')).")
@@ -208,7 +213,7 @@ class Trainer:
     # ------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, path: str | Path) -> None:
         agent = self.agent
-        atomic_torch_save({
+        save_plain({
             "format": CHECKPOINT_FORMAT,
             "epoch": self.epoch,
             "algorithm": agent.name,
@@ -218,11 +223,11 @@ class Trainer:
             "generator": self.generator.state_dict() if self.generator is not None else None,
             "synthetic_buffer": self.synthetic.state_dict() if self.synthetic is not None else None,
             "trainer_config": asdict(self.config),
-            "dataset": {"source": self.dataset.source, "fingerprint": self.dataset.fingerprint()},
+            "dataset": {"source": str(self.dataset.source), "fingerprint": self.dataset.fingerprint()},
             "history": self.history,
             "rng": {"trainer": self.rng.get_state(), "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
-                    "numpy": np.random.get_state(), "python": random.getstate()},
+                    "numpy": numpy_rng_state(), "python": python_rng_state()},
         }, path)
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -256,8 +261,8 @@ class Trainer:
         torch.set_rng_state(rng["torch"])
         if rng["cuda"] is not None and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(rng["cuda"])
-        np.random.set_state(rng["numpy"])
-        random.setstate(rng["python"])
+        set_numpy_rng_state(rng["numpy"])
+        set_python_rng_state(rng["python"])
 
 
 def _with_defaults(config_class, saved: dict) -> dict:
@@ -270,3 +275,19 @@ def _with_defaults(config_class, saved: dict) -> dict:
         return asdict(config_to_dataclass(config_class, saved, "saved"))
     except (ConfigError, TypeError, ValueError):
         return saved
+
+
+def check_trainer_parts(agent, dataset, config, generator) -> None:
+    """Refuse parts of the wrong type handed to `Trainer` in one line (`InputTypeError`), before any of
+    them is used."""
+    if not isinstance(agent, Agent):
+        raise InputTypeError(f"Trainer needs an agent (mbrl_offline.roles.Agent), got {type_name(agent)}; make one "
+                             f"with e.g. mbrl_offline.algorithms.RAVL.for_dataset(dataset), or use "
+                             f"build_run('ravl', dataset).")
+    require_dataset(dataset, "Trainer")
+    if not isinstance(config, TrainerConfig):
+        raise InputTypeError(f"Trainer's config must be a TrainerConfig, got {type_name(config)}; e.g. "
+                             f"TrainerConfig(epochs=100).")
+    if generator is not None and not isinstance(generator, Generator):
+        raise InputTypeError(f"Trainer's generator must be a generator (mbrl_offline.roles.Generator) or None, got "
+                             f"{type_name(generator)}; build one with mbrl_offline.generators.build_generator.")

@@ -308,6 +308,7 @@ def test_mopo_penalty_scale_on_a_fixed_tiny_model():
             model.min_logvar.fill_(-10.0)
             if bounds == "member":
                 model.max_logvar[1] = -1.0  # member 1's own, tighter upper bound
+            model.mark_fitted()  # weights set by hand
             _, logvar = model.predict(obs, act)
         penalties[bounds] = max_aleatoric_std(logvar)
     softplus = torch.nn.functional.softplus

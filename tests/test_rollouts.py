@@ -23,6 +23,7 @@ def constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2)):
         model.head.bias[:, 0, :obs_dim + 1] = torch.arange(1, members + 1, dtype=torch.float32)[:, None]
         model.head.bias[:, 0, obs_dim + 1:] = -25.0
         model.elites.copy_(torch.tensor(elites))
+    model.mark_fitted()  # weights set by hand: it predicts as a fitted model would
     return model
 
 

@@ -164,7 +164,7 @@ class IQL(FeedForwardAgent):
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy: the
         policy's mean, or with ``deterministic=False`` a sample from the Gaussian actor."""
-        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        obs_t = self.act_input(obs)  # checked: shape (obs_dim,) or (B, obs_dim), finite
         return self._actions(obs_t, deterministic).cpu().numpy()
 
     # ------------------------------------------------------------------ the policy role (with FeedForwardAgent's)

@@ -184,7 +184,7 @@ class SAC(FeedForwardAgent):
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
         """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy."""
-        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        obs_t = self.act_input(obs)  # checked: shape (obs_dim,) or (B, obs_dim), finite
         action, _ = self.actor(obs_t, deterministic=deterministic, with_log_prob=False)
         return action.cpu().numpy()
 

@@ -127,7 +127,7 @@ class TD3BC(FeedForwardAgent):
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
         """Action(s) for one observation ``(obs_dim,)`` or a batch ``(B, obs_dim)``, as numpy (the
         policy is deterministic)."""
-        obs_t = torch.as_tensor(obs, dtype=torch.float32, device=self.device)
+        obs_t = self.act_input(obs)  # checked: shape (obs_dim,) or (B, obs_dim), finite
         return self.pi(self.normalise(obs_t)).cpu().numpy()
 
     # ------------------------------------------------------------------ the policy role (with FeedForwardAgent's)

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Optional
 
 import numpy as np
 
-from mbrl_offline.errors import DatasetError
+from mbrl_offline.errors import DatasetError, InputTypeError, type_name
 
 FLOAT_KEYS = ("observations", "actions", "rewards", "next_observations")
 FLAG_KEYS = ("terminals", "timeouts")
@@ -169,6 +169,19 @@ class OfflineDataset:
             ref_min_score=first.ref_min_score, ref_max_score=first.ref_max_score, source=source,
             metadata=metadata or {},
         )
+
+
+def require_dataset(dataset, where: str) -> None:
+    """Raise `InputTypeError` naming ``where`` unless ``dataset`` is an `OfflineDataset` (or an object with
+    its transition arrays, ``env_name`` and ``fingerprint``): a numpy array or a path handed where a
+    dataset belongs gets one clear line instead of an AttributeError from deep inside."""
+    needed = (*FLOAT_KEYS, *FLAG_KEYS, "env_name", "fingerprint")
+    if isinstance(dataset, OfflineDataset) or all(hasattr(dataset, name) for name in needed):
+        return
+    raise InputTypeError(f"{where} needs an OfflineDataset, got {type_name(dataset)}; load one with "
+                         f"mbrl_offline.load_dataset('hopper-medium') (a name or a file), or build "
+                         f"OfflineDataset(observations=..., actions=..., rewards=..., next_observations=..., "
+                         f"terminals=..., timeouts=..., env_name='hopper').")
 
 
 def _as_float32(values) -> np.ndarray:

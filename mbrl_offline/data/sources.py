@@ -21,7 +21,7 @@ from typing import Optional
 
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.data.envs import ENVS, get_env_info
-from mbrl_offline.errors import ConfigError, DatasetError
+from mbrl_offline.errors import ConfigError, DatasetError, InputTypeError, type_name
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -36,6 +36,12 @@ def load_dataset(spec: str, env: Optional[str] = None, minari_root: Optional[str
     """Load a dataset by spec (see the module docstring) as a validated `OfflineDataset`."""
     from mbrl_offline.data.minari_io import minari_dataset_dir, read_minari
 
+    if not isinstance(spec, (str, os.PathLike)):
+        raise InputTypeError(f"load_dataset needs a dataset's name or file (str or pathlib.Path), got "
+                             f"{type_name(spec)}; e.g. load_dataset('hopper-medium'), or build an OfflineDataset "
+                             f"from arrays.")
+    if env is not None and not isinstance(env, str):
+        raise InputTypeError(f"load_dataset's env must be an env's name (one of {', '.join(ENVS)}), got {type_name(env)}.")
     spec = str(spec)
     kind, _, rest = spec.partition(":")
     if kind in ("bundled", "d4rl", "minari") and rest:

@@ -66,12 +66,13 @@ import torch
 from torch import nn
 
 from mbrl_offline.cache import cache_root, load_or_fit
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
 from mbrl_offline.models.uncertainty import (max_aleatoric_std, mean_disagreement, sample_members,
                                             sampled_disagreement)
-from mbrl_offline.utils import CUDAGraphed, atomic_torch_save
+from mbrl_offline.torch_files import load_plain, save_plain
+from mbrl_offline.utils import CUDAGraphed
 
 
 BOOTSTRAP = ("every_epoch", "once", "none")
@@ -173,6 +174,12 @@ class GaussianEnsembleDynamics(nn.Module):
     ``fit(dataset)`` trains it; ``predict(obs, act)`` returns per-member means and log-variances of
     ``[next_obs - obs, reward]``; ``save(path)``/``load(path)`` keep weights, normaliser, elites and
     config together.
+
+    A model knows whether it was fitted: `predict`, `step` and `sample_next_observations` raise
+    `NotFittedError` on one that was neither fitted nor loaded (a freshly built model's predictions
+    are noise). The flag is the buffer ``fitted``, saved in its state (a state saved before the flag
+    existed counts as fitted), mirrored in the Python bool ``is_fitted`` that those calls read (no
+    device sync); `mark_fitted` sets it for a model whose weights were set by hand.
     """
 
     def __init__(self, obs_dim: int, act_dim: int, config: DynamicsConfig = DynamicsConfig()):
@@ -201,6 +208,25 @@ class GaussianEnsembleDynamics(nn.Module):
             nn.init.trunc_normal_(layer.weight, std=std, a=-cut, b=cut)
             nn.init.zeros_(layer.bias)
         self.train_log: list[dict] = []
+        self.register_buffer("fitted", torch.tensor(False))  # saved with the weights
+        self.is_fitted = False  # the buffer's value as a Python bool, read on every prediction
+
+    def mark_fitted(self) -> None:
+        """Count the model as fitted (`fit` does this; call it after setting the weights by hand)."""
+        self.fitted.fill_(True)
+        self.is_fitted = True
+
+    def _require_fitted(self) -> None:
+        if not self.is_fitted:
+            raise NotFittedError("this GaussianEnsembleDynamics was never fitted, so its predictions are noise; call "
+                                 "fit(dataset) first, load a fitted one (GaussianEnsembleDynamics.load, "
+                                 "load_or_fit_dynamics), or call mark_fitted() after setting its weights yourself.")
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # A state saved before the flag existed is a fitted model's (only fitted models were saved).
+        state_dict.setdefault(prefix + "fitted", torch.tensor(True))
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.is_fitted = bool(self.fitted)
 
     # ------------------------------------------------------------------------------ prediction
     def normalise(self, obs: torch.Tensor, act: torch.Tensor) -> torch.Tensor:
@@ -229,6 +255,7 @@ class GaussianEnsembleDynamics(nn.Module):
     def predict(self, obs: torch.Tensor, act: torch.Tensor, elites_only: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
         """Each member's mean and log-variance of ``[next_obs - obs, reward]``: ``(N, B, obs_dim + 1)``
         (every member, or the elites only)."""
+        self._require_fitted()
         return self(self.normalise(obs, act), self.elites if elites_only else None)
 
     @torch.no_grad()
@@ -257,6 +284,7 @@ class GaussianEnsembleDynamics(nn.Module):
         Without ``uncertainty`` only each row's own member is evaluated: rows are grouped by member
         and the groups run as one batched pass, 1/num_elites of evaluating every elite on every row.
         """
+        self._require_fitted()
         rows, elites = len(obs), self.elites
         x = self.normalise(obs, act)
         if members is None:
@@ -367,6 +395,7 @@ class GaussianEnsembleDynamics(nn.Module):
             on_lower_lr=graphed.reset if graphed is not None else None,  # the recorded Adam step holds the old rate
             keep_last=("max_logvar", "min_logvar") if cfg.logvar_bounds == "shared" else ())
         self.elites.copy_(select_elites(best_mse, cfg.num_elites))
+        self.mark_fitted()
         return self.train_log
 
     @property
@@ -400,22 +429,29 @@ class GaussianEnsembleDynamics(nn.Module):
 
     # ------------------------------------------------------------------------------ save/load
     def save(self, path: str | Path) -> Path:
-        """Weights, normaliser, elites, config and training log in one file, written atomically."""
-        atomic_torch_save({"obs_dim": self.obs_dim, "act_dim": self.act_dim, "config": asdict(self.config),
-                           "state_dict": self.state_dict(), "train_log": self.train_log}, path)
+        """Weights, normaliser, elites, config and training log in one file of tensors and plain data,
+        written atomically."""
+        save_plain({"obs_dim": self.obs_dim, "act_dim": self.act_dim, "config": asdict(self.config),
+                    "state_dict": self.state_dict(), "train_log": self.train_log}, path)
         return Path(path)
 
     @classmethod
     def load(cls, path: str | Path, map_location: str | torch.device = "cpu") -> "GaussianEnsembleDynamics":
-        saved = torch.load(path, map_location=map_location, weights_only=False)
+        """A model written by `save`, read with ``weights_only=True``: a file that holds more than
+        tensors and plain data is refused (`CheckpointError`), never unpickled."""
+        saved = load_plain(path, map_location, "If it is a cached model, delete it and it is fitted again; "
+                                               "otherwise load only files from a source you trust.")
+        if not isinstance(saved, dict) or not {"obs_dim", "act_dim", "config", "state_dict"} <= saved.keys():
+            raise CheckpointError(f"{path} is not a saved GaussianEnsembleDynamics (GaussianEnsembleDynamics.save "
+                                  f"writes one); pass a model file, or delete a damaged cached one to fit it again.")
         config = saved["config"]
         config["weight_decay"] = tuple(config["weight_decay"])
         # models saved before these settings existed had per-member bounds and an uncut init
         config.setdefault("logvar_bounds", "member")
         config.setdefault("init_truncation", None)
         model = cls(saved["obs_dim"], saved["act_dim"], DynamicsConfig(**config))
-        model.load_state_dict(saved["state_dict"])
-        model.train_log = saved["train_log"]
+        model.load_state_dict(saved["state_dict"])  # a state without the ``fitted`` flag counts as fitted
+        model.train_log = saved.get("train_log", [])
         return model.to(map_location)
 
 
