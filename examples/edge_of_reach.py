@@ -7,9 +7,9 @@ ensemble, once with the true dynamics (the simulator reset to each observed stat
 so MOPO becomes plain MBPO-style SAC on short rollouts: the paper finds it collapses there, with
 values growing without bound at the states that k-step rollouts reach only at their last step,
 while RAVL, whose pessimism comes from its critic ensemble, does not. Any other setting is passed
-to every run (e.g. ``trainer.epochs=100``). Prints a table of what the runs measured: the final
-normalised score, the mean of the last evaluations, the final mean Q of the training batches and
-the mean MOPO penalty of the last rollouts.
+to every run (e.g. ``trainer.epochs=100``; ``overwrite=true`` replaces the runs of an earlier call in
+``out``). Prints a table of what the runs measured: the final normalised score, the mean of the last
+evaluations, the final mean Q of the training batches and the mean MOPO penalty of the last rollouts.
 
 ``--help`` lists the config groups and where each setting is documented; ``--cfg job`` prints the four
 runs' composed configs and trains nothing.
@@ -44,7 +44,7 @@ def main(argv: list[str]) -> None:
     for (algo, true_dynamics), cfg in zip(RUNS, configs.values()):
         model = "true" if true_dynamics else "learned"
         trainer = build_trainer(cfg)
-        summary = trainer.train()
+        summary = trainer.train(overwrite=cfg.overwrite)
         last = read_metrics(trainer.run_dir)[-1]
         rows.append((algo, model, summary["final_score"], summary["last10_score"], min(10, summary["evaluations"]),
                      last["train"]["q_mean"], last.get("rollout", {}).get("aleatoric_mean", float("nan"))))

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from mbrl_offline.cli import build_trainer, cli_main, compose, parse_command_line, print_config, resolve_train_config
-from mbrl_offline.config import config_to_dataclass
+from mbrl_offline.config import check_writable_dir, config_to_dataclass
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.tune import SweepConfig, extreme_values, override, run_sweep, summarize_study
 
@@ -30,12 +30,17 @@ def main(argv: list[str]) -> None:
     if sweep.for_algo is not None and sweep.for_algo != cfg.algo.name:
         raise ConfigError(f"that search space is written for {sweep.for_algo}, not {cfg.algo.name}; "
                           f"use sweep={cfg.algo.name} or algo={sweep.for_algo}.")
+    check_writable_dir(sweep.dir, "sweep.dir")
     # the training overrides every trial shares: the command line without the sweep's own settings
-    train_overrides = [a for a in argv if not a.lstrip("+~").startswith(("sweep.", "sweep="))]
+    # (nor resume/overwrite: each trial's folder decides those)
+    train_overrides = [a for a in argv if not a.lstrip("+~").startswith(("sweep.", "sweep=", "resume=", "overwrite="))]
 
-    def train_config(params: dict, seed: int, run_dir: Path):
+    def train_config(params: dict, seed: int, run_dir: Path, resume: bool = False):
+        # The sweep owns its trials' folders: a run with a checkpoint resumes, one stopped before its
+        # first checkpoint starts again over what it left.
         return compose(CONFIGS, "train", train_overrides + [override(k, v) for k, v in params.items()]
-                       + [f"seed={seed}", f"trainer.run_dir={run_dir}"])
+                       + [f"seed={seed}", f"trainer.run_dir={run_dir}", f"resume={str(resume).lower()}",
+                          f"overwrite={str(not resume).lower()}"])
 
     for values in extreme_values(sweep.parameters):  # a typo in the space fails here, not in every trial
         try:
@@ -44,8 +49,9 @@ def main(argv: list[str]) -> None:
             raise ConfigError(f"the search space sets {', '.join(values)}: {exc}") from None
 
     def run_trial(params: dict, seed: int, run_dir: Path, callbacks: list) -> dict:
-        trainer = build_trainer(train_config(params, seed, run_dir), callbacks)
-        return trainer.train(resume=(run_dir / "checkpoint.pt").exists())
+        resume = (run_dir / "checkpoint.pt").exists()
+        trainer = build_trainer(train_config(params, seed, run_dir, resume), callbacks)
+        return trainer.train(resume=resume, overwrite=not resume)
 
     print(f"study '{sweep.study_name}' in {sweep.dir}: {sweep.n_trials} trials x {len(sweep.seeds)} seed(s), "
           f"{sweep.sampler.name} sampler, {sweep.pruner.name} pruner", flush=True)

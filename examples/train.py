@@ -3,8 +3,11 @@
 Trains on the env's default dataset (bundled hopper-medium for hopper) unless ``env.dataset=`` names
 another (a bundled name, a D4RL .hdf5 file or a Minari id), with the algorithm's published generator
 unless ``generator=`` names another (``none``, ``rollouts``, or another algorithm's: configs/generator/). Writes TensorBoard logs, metrics.jsonl
-and checkpoint.pt to ``trainer.run_dir``; ``resume=true`` continues a stopped run. Settings:
-configs/train.yaml.
+and checkpoint.pt to ``trainer.run_dir``; ``resume=true`` continues a stopped run. A run folder that
+holds an earlier run's files (run.json, metrics.jsonl, checkpoint.pt, tensorboard/) is refused before
+anything is loaded unless ``resume=true`` or ``overwrite=true`` (delete that run's files and start
+afresh) is given. Settings are checked before any work (ranges, the device, the preset's env, that the
+run folder can be written). Settings: configs/train.yaml.
 
 ``--help`` lists the config groups and where each setting is documented; ``--cfg job`` prints the
 composed config and trains nothing. Paths may hold spaces and any characters:
@@ -22,7 +25,7 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 def main(argv: list[str]) -> None:
     cfg = tool_config(argv, __doc__, CONFIGS, "train")
     trainer = build_trainer(cfg)
-    summary = trainer.train(resume=cfg.resume)
+    summary = trainer.train(resume=cfg.resume, overwrite=cfg.overwrite)
     print(f"final normalised score {summary['final_score']:.1f} (return {summary['final_return']:.1f}); "
           f"mean of the last {min(10, summary['evaluations'])} evaluations {summary['last10_score']:.1f}")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from mbrl_offline import mkl_avx512
-from mbrl_offline.config import config_to_dataclass, config_to_dict, did_you_mean
+from mbrl_offline.config import check_writable_dir, config_to_dataclass, config_to_dict, did_you_mean
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -160,8 +160,10 @@ def moved_setting_hint(key: str, cfg) -> str:
 
 def resolve_train_config(cfg):
     """The parts of a composed ``train`` config, each checked: ``(agent class, algorithm config,
-    generator config, trainer config, env info)``. Raises `ConfigError` on any bad key or value, and on
-    a generator the agent cannot learn from."""
+    generator config, trainer config, env info)``. Raises `ConfigError` on any bad key or value, on
+    a generator the agent cannot learn from, on a preset made for another algorithm or env, on a device
+    this machine lacks and on a run folder or model cache that cannot be written (`check_run_settings`,
+    `mbrl_offline.config.check_writable_dir`)."""
     from mbrl_offline.algorithms import get_algorithm
     from mbrl_offline.compose import check_pair
     from mbrl_offline.data.envs import get_env_info
@@ -169,15 +171,53 @@ def resolve_train_config(cfg):
     from mbrl_offline.trainer import TrainerConfig
 
     agent_cls, config_cls = get_algorithm(cfg.algo.name)
-    preset_for = cfg.get("preset_for")  # set by a preset (configs/preset/): the algo it was published for
-    if preset_for is not None and preset_for != cfg.algo.name:
-        raise ConfigError(f"that preset holds {preset_for} settings, not {cfg.algo.name}'s; "
-                          f"use algo={preset_for} or a {cfg.algo.name}-... preset.")
+    env = get_env_info(cfg.env.name)
+    check_preset(cfg, env.name)
+    check_run_settings(cfg)
     algo_config = config_to_dataclass(config_cls, {k: v for k, v in cfg.algo.items() if k != "name"}, "algo")
     gen_config = generator_config(cfg.generator)
     check_pair(agent_cls, gen_config)
     trainer_config = config_to_dataclass(TrainerConfig, cfg.trainer, "trainer")
-    return agent_cls, algo_config, gen_config, trainer_config, get_env_info(cfg.env.name)
+    check_writable_dir(trainer_config.run_dir, "trainer.run_dir")
+    if getattr(gen_config, "dynamics", None) is not None and not getattr(gen_config, "true_dynamics", False) \
+            and not cfg.get("dynamics_path"):  # a model will be fitted and cached: its folder must take it
+        from mbrl_offline.cache import cache_root
+
+        # (a read-only cache may still hold the model: only a path that can never be a folder is refused)
+        check_writable_dir(cfg.get("dynamics_cache") or cache_root() / "dynamics", "dynamics_cache",
+                           permissions=False)
+    return agent_cls, algo_config, gen_config, trainer_config, env
+
+
+def check_preset(cfg, env_name: str) -> None:
+    """Refuse a preset (configs/preset/) on a run it was not made for: each names the algorithm
+    (``preset_for``) and the env (``preset_env``) whose published settings it holds; ``preset_dataset``
+    says which of the env's datasets."""
+    preset_for = cfg.get("preset_for")
+    if preset_for is not None and preset_for != cfg.algo.name:
+        raise ConfigError(f"that preset holds {preset_for} settings, not {cfg.algo.name}'s; "
+                          f"use algo={preset_for} or a {cfg.algo.name}-... preset.")
+    preset_env = cfg.get("preset_env")
+    if preset_env is not None and preset_env != env_name:
+        made_for = cfg.get("preset_dataset") or preset_env
+        raise ConfigError(f"that preset holds the settings published for {made_for}, not for env {env_name}; "
+                          f"use env={preset_env}, or a {cfg.algo.name}-{env_name}-... preset, or no preset.")
+
+
+def check_run_settings(cfg) -> None:
+    """The run-wide settings of a ``train`` config (outside the dataclasses): the seed, torch's thread
+    count and the device (`mbrl_offline.config.check_device`), each refused in one line."""
+    from types import SimpleNamespace
+
+    from mbrl_offline.config import check_device, require_nonnegative
+
+    top = SimpleNamespace(seed=cfg.get("seed", 0), torch_threads=cfg.get("torch_threads"))
+    require_nonnegative(top, "seed", section="")
+    threads = top.torch_threads
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+        raise ConfigError(f"torch_threads = {top.torch_threads!r} must be a whole number (or null: torch's default).")
+    require_nonnegative(top, "torch_threads", section="", hint=" (0 or null: torch's default)")
+    check_device(cfg.get("device", "cpu"))
 
 
 def build_trainer(cfg, callbacks=None):
@@ -188,9 +228,12 @@ def build_trainer(cfg, callbacks=None):
 
     from mbrl_offline import load_dataset
     from mbrl_offline.compose import build_run
+    from mbrl_offline.trainer import check_run_dir
     from mbrl_offline.utils import keep_freed_memory
 
     agent_cls, algo_config, gen_config, trainer_config, env = resolve_train_config(cfg)
+    # before the data is loaded and a model fitted: a folder holding an earlier run is refused now
+    check_run_dir(trainer_config.run_dir, resume=cfg.get("resume", False), overwrite=cfg.get("overwrite", False))
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     if cfg.keep_freed_memory and torch.device(cfg.device).type == "cpu":

@@ -34,6 +34,8 @@ import torch
 
 from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.buffer import TransitionBuffer
+from mbrl_offline.config import (check_device, check_writable_dir, require_in_range, require_nonnegative,
+                                 require_positive)
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.data.envs import EnvInfo, get_env_info
 from mbrl_offline.data.minari_io import minari_dataset_dir, read_minari, write_minari
@@ -71,6 +73,21 @@ class CollectConfig:
     progress: bool = True  # show a progress bar
     sac: SACConfig = field(default_factory=SACConfig)
 
+    def __post_init__(self):
+        get_env_info(self.env)  # an unknown env is refused here, with a suggestion
+        unknown = [level for level in self.levels if level not in LEVELS]
+        if unknown:
+            raise ConfigError(f"unknown dataset level(s) {unknown} in collect.levels; choose from {list(LEVELS)}.")
+        require_nonnegative(self, "seed", "start_steps", section="collect")
+        require_positive(self, "dataset_size", "expert_steps", "max_medium_steps", "eval_every", "eval_episodes",
+                         "confirm_episodes", "checkpoint_every", section="collect")
+        require_in_range(self, "medium_score", section="collect")  # any finite normalised score
+        require_nonnegative(self, "torch_threads", section="collect", hint=" (0 or null: torch's default)")
+        check_device(self.device, "collect.device")
+        for name in ("namespace", "version", "run_dir"):  # parts of the datasets' ids and the run's folder
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise ConfigError(f"collect.{name} = {getattr(self, name)!r} must be a non-empty name.")
+
     def resolved(self) -> "CollectConfig":
         """A copy with every env-dependent default filled in."""
         info = get_env_info(self.env)
@@ -96,8 +113,12 @@ def dataset_id(cfg: CollectConfig, level: str) -> str:
 
 
 def collect(config: CollectConfig) -> dict[str, Path]:
-    """Run (or resume) a collection; returns ``{level: dataset folder}`` for the levels written."""
-    return _Collector(config.resolved()).run()
+    """Run (or resume) a collection; returns ``{level: dataset folder}`` for the levels written. The run
+    folder and the Minari root are checked for writing before anything is trained."""
+    config = config.resolved()
+    check_writable_dir(config.run_dir, "collect.run_dir")
+    check_writable_dir(minari_dataset_dir("", config.minari_root), "collect.minari_root")
+    return _Collector(config).run()
 
 
 class _Collector:

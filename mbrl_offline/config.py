@@ -1,5 +1,8 @@
-"""Configuration as plain data: the library's dataclass configs to and from dicts, and the one
-"did you mean" helper every unknown name goes through.
+"""Configuration as plain data: the library's dataclass configs to and from dicts, the one
+"did you mean" helper every unknown name goes through, and the validation helpers every config
+dataclass checks its settings with (`require_positive`, `require_nonnegative`, `require_above_zero`,
+`require_fraction`, `require_in_range`), as do the tools for their devices (`check_device`) and output
+folders (`check_writable_dir`): a bad value is one `ConfigError` line that names the setting.
 
 This module is part of the library, not of the command line: `mbrl_offline.cli` (the Hydra edge)
 and the library's own loaders (`mbrl_offline.algorithms.load_policy`) both build their configs here.
@@ -8,6 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
+import numbers
 import typing
 from typing import Any, Iterable, TypeVar
 
@@ -104,9 +109,170 @@ def _type_name(hint) -> str:
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 
+# ---------------------------------------------------------------------------------- validation
+# Every config dataclass checks its settings in ``__post_init__`` with these helpers, so that a value
+# out of range is refused in one line where the config is built (from the command line, a checkpoint
+# or Python), never deep inside torch or numpy. ``section`` is the prefix the user writes (``algo``,
+# ``trainer``, ``generator.rollout`` ...); None values of optional settings are skipped.
+
+
+def _setting(section: str, name: str) -> str:
+    return f"{section}.{name}" if section else name
+
+
+def _declared_int(config, name: str) -> bool:
+    """Whether dataclass ``config`` declares field ``name`` as ``int`` (or ``Optional[int]``)."""
+    if not dataclasses.is_dataclass(config):
+        return False
+    field = next((f for f in dataclasses.fields(config) if f.name == name), None)
+    if field is None:
+        return False
+    hint = field.type  # a string under ``from __future__ import annotations``
+    if isinstance(hint, str):
+        return hint.replace(" ", "") in ("int", "Optional[int]", "int|None", "None|int")
+    return hint is int or (typing.get_origin(hint) is typing.Union and int in typing.get_args(hint))
+
+
+def _is_number(value) -> bool:
+    """A real number (numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not _is_bool(value)
+
+
+def _is_whole(value) -> bool:
+    """A whole number (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not _is_bool(value)
+
+
+def _is_bool(value) -> bool:
+    return isinstance(value, bool) or type(value).__name__ == "bool_"  # numpy's, without importing numpy here
+
+
 def require_positive(config, *names: str, section: str = "algo") -> None:
     """`ConfigError` naming the first of the integer settings ``names`` of ``config`` that is below 1."""
     for name in names:
         value = getattr(config, name)
+        if value is None:
+            continue
+        if not _is_whole(value):
+            raise ConfigError(f"{_setting(section, name)} = {value!r} must be a whole number of at least 1.")
         if value < 1:
-            raise ConfigError(f"{section}.{name} must be at least 1, got {value}.")
+            raise ConfigError(f"{_setting(section, name)} must be at least 1, got {value}.")
+
+
+def require_nonnegative(config, *names: str, section: str = "algo", hint: str = "") -> None:
+    """`ConfigError` naming the first of the settings ``names`` (integers or floats) that is negative or
+    not a finite number; ``hint`` (e.g. ``" (0: torch's default)"``) follows the range in the message."""
+    for name in names:
+        require_in_range(config, name, low=0.0, section=section, hint=hint)
+
+
+def require_above_zero(config, *names: str, section: str = "algo", hint: str = "") -> None:
+    """`ConfigError` naming the first of the float settings ``names`` (learning rates, scales) that is
+    not a finite number above 0."""
+    for name in names:
+        require_in_range(config, name, low=0.0, low_open=True, section=section, hint=hint)
+
+
+def require_fraction(config, *names: str, section: str = "algo", hint: str = "") -> None:
+    """`ConfigError` naming the first of the settings ``names`` (probabilities, ratios) outside [0, 1]."""
+    for name in names:
+        require_in_range(config, name, low=0.0, high=1.0, section=section, hint=hint)
+
+
+def require_in_range(config, name: str, low: float | None = None, high: float | None = None, *,
+                     low_open: bool = False, high_open: bool = False, finite: bool = True,
+                     section: str = "algo", hint: str = "") -> None:
+    """`ConfigError` unless setting ``name`` of ``config`` is a number in the range from ``low`` to
+    ``high`` (either end open or absent), finite unless ``finite=False`` (NaN never passes), and a whole
+    number where the dataclass declares the field ``int``. The message names the setting, its value and
+    the range, e.g. ``algo.gamma must be in (0, 1], got 99.0.``"""
+    value = getattr(config, name)
+    if value is None:
+        return
+    setting = _setting(section, name)
+    if _declared_int(config, name) and not _is_whole(value):
+        raise ConfigError(f"{setting} = {value!r} must be a whole number{_range_text(low, high, low_open, high_open)}.")
+    if not _is_number(value):
+        raise ConfigError(f"{setting} = {value!r} must be a number{_range_text(low, high, low_open, high_open)}.")
+    ok = value == value and (not finite or math.isfinite(value))  # NaN != NaN
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        expected = _range_text(low, high, low_open, high_open).strip() or "a finite number"
+        raise ConfigError(f"{setting} must be {expected}{hint}, got {value}.")
+
+
+def _range_text(low, high, low_open: bool, high_open: bool) -> str:
+    if low is not None and high is not None:
+        return f" in {'(' if low_open else '['}{_num(low)}, {_num(high)}{')' if high_open else ']'}"
+    if low is not None:
+        return f" {'above' if low_open else 'at least'} {_num(low)}"
+    if high is not None:
+        return f" {'below' if high_open else 'at most'} {_num(high)}"
+    return ""
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def check_device(device, setting: str = "device"):
+    """The `torch.device` that ``device`` names, refused in one line (`ConfigError`) when it is not a
+    device torch knows (``device=nonsense``) or not on this machine (``device=cuda`` without a CUDA
+    GPU, ``cuda:3`` with two GPUs, ``mps`` off Apple silicon). Every tool that takes a device calls it
+    before any work."""
+    import torch
+
+    text = str(device)
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"{setting}={text} is not a device; write cpu, cuda, cuda:<index> or mps.") from None
+    if parsed.type == "cpu":
+        return parsed
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ConfigError(f"{setting}={text}, but torch finds no CUDA GPU on this machine (torch "
+                              f"{torch.__version__}, CUDA {torch.version.cuda or 'not built in'}); use {setting}=cpu.")
+        count = torch.cuda.device_count()
+        if parsed.index is not None and parsed.index >= count:
+            raise ConfigError(f"{setting}={text}, but this machine has {count} CUDA GPU(s) (cuda:0 to "
+                              f"cuda:{count - 1}); choose one of them.")
+        return parsed
+    if parsed.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ConfigError(f"{setting}={text}, but torch finds no Apple GPU (MPS) on this machine; use {setting}=cpu.")
+        return parsed
+    raise ConfigError(f"{setting}={text}: the library runs on cpu, cuda and mps devices only; use one of them.")
+
+
+def check_writable_dir(path, setting: str, permissions: bool = True) -> None:
+    """Refuse, in one line (`ConfigError` naming ``setting``), a folder that could not be created or
+    written: one below a regular file, one that is itself a file, or one whose nearest existing folder
+    cannot be written (read-only, or another user's). Nothing is created: tools call this before they
+    load data or train, so that a run never fails at its first write after minutes of work. With
+    ``permissions=False`` only the structural problems are refused (for a cache that may be read-only
+    and still serve a model it already holds)."""
+    import os
+    from pathlib import Path
+
+    if path is None or not str(path).strip():
+        raise ConfigError(f"{setting} is empty; name a folder, e.g. {setting}=runs/my-run.")
+    path = Path(path)
+    probe = path
+    while not probe.exists():
+        if probe.is_symlink():  # a dangling link: nothing can be made through it
+            raise ConfigError(f"{setting}={path}: {probe} is a broken symbolic link; remove it or choose another folder.")
+        parent = probe.parent
+        if parent == probe:
+            break
+        probe = parent
+    if probe.exists() and not probe.is_dir():
+        where = "is a file" if probe == path else f"is inside {probe}, which is a file, not a folder"
+        raise ConfigError(f"{setting}={path} {where}; choose another folder.")
+    if permissions and not os.access(probe, os.W_OK | os.X_OK):
+        where = "it" if probe == path else f"{probe}, the nearest folder of it that exists"
+        raise ConfigError(f"{setting}={path}: cannot write to {where} (permission denied or a read-only file "
+                          f"system); choose a folder you can write to.")

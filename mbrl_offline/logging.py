@@ -10,6 +10,12 @@ import json
 from pathlib import Path
 from typing import Optional
 
+from mbrl_offline.errors import MbrlOfflineError
+
+
+class LogError(MbrlOfflineError, ValueError):
+    """A run's log file (``metrics.jsonl``) that is damaged: truncated, not JSON, or with wrong types."""
+
 
 class RunLogger:
     def __init__(self, run_dir: str | Path, resume_epoch: Optional[int] = None, resume_step: Optional[int] = None,
@@ -20,8 +26,7 @@ class RunLogger:
         if resume_epoch is None:
             self.jsonl.write_text("")
         elif self.jsonl.exists():
-            kept = [line for line in self.jsonl.read_text().splitlines()
-                    if line.strip() and json.loads(line)["epoch"] <= resume_epoch]
+            kept = [json.dumps(record) for record in read_jsonl(self.jsonl) if record["epoch"] <= resume_epoch]
             self.jsonl.write_text("".join(line + "\n" for line in kept))
         self.writer = None
         if tensorboard:
@@ -46,6 +51,51 @@ class RunLogger:
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    """The epoch records of a run, oldest first."""
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The epoch records of a run, oldest first (`read_jsonl`)."""
+    return read_jsonl(Path(run_dir) / "metrics.jsonl")
+
+
+DAMAGED = "the run's log is damaged: delete that line (or the run folder) and run the command again"
+
+
+def read_jsonl(path: str | Path) -> list[dict]:
+    """The records of a ``metrics.jsonl`` file, checked: each line a JSON object with a whole-number
+    ``epoch`` and ``step`` and, where present, ``eval``/``train``/``rollout``/``speed`` objects of
+    numbers (``eval`` with its ``normalized_score``). A damaged file is refused in one line that names
+    the file, the line and the problem (`LogError`); a missing one raises `FileNotFoundError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise LogError(f"{path} is not text (not UTF-8); {DAMAGED}.") from None
+    except IsADirectoryError:
+        raise LogError(f"{path} is a folder, not a log file; remove it or the run folder.") from None
+    records = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise LogError(f"{path} line {number} is not valid JSON (truncated?); {DAMAGED}.") from None
+        problem = _record_problem(record)
+        if problem:
+            raise LogError(f"{path} line {number} {problem}; {DAMAGED}.")
+        records.append(record)
+    return records
+
+
+def _record_problem(record) -> Optional[str]:
+    if not isinstance(record, dict):
+        return f"holds a {type(record).__name__}, not an epoch record (a JSON object)"
+    for key in ("epoch", "step"):
+        if not isinstance(record.get(key), int) or isinstance(record.get(key), bool):
+            return f"has no whole-number '{key}' (got {record.get(key)!r})"
+    for group in ("train", "rollout", "eval", "speed"):
+        if group in record and not isinstance(record[group], dict):
+            return f"has '{group}' = {record[group]!r}, not an object of metrics"
+    if "eval" in record:
+        score = record["eval"].get("normalized_score")
+        if not isinstance(score, (int, float)) or isinstance(score, bool):
+            return f"has no number 'eval.normalized_score' (got {score!r})"
+    return None

@@ -59,14 +59,51 @@ def dataset_label(source: str) -> str:
     return Path(source).stem if source.endswith((".hdf5", ".h5")) else source
 
 
-def read_run(path: Path, label: str = "") -> Run:
+def read_json_file(path: Path, what: str, fix: str) -> dict:
+    """A JSON object from ``path`` (a file the library wrote), or a `ReportError` in one line that names
+    the file and what is wrong with it (missing, empty, not JSON, not an object); ``fix`` ends it."""
     try:
-        info = json.loads((path / "run.json").read_text())
-        records = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    except FileNotFoundError as exc:
-        raise ReportError(f"{path} is not a complete run folder: {Path(exc.filename).name} is missing.") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path}: unreadable run.json or metrics.jsonl ({exc}); the run's logs are damaged.") from None
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{path} is missing, so {path.parent} is not a complete {what}; {fix}.") from None
+    except UnicodeDecodeError:
+        raise ReportError(f"{path} is not text (not UTF-8); {fix}.") from None
+    except OSError as exc:
+        raise ReportError(f"cannot read {path} ({exc.strerror or exc}); {fix}.") from None
+    if not text.strip():
+        raise ReportError(f"{path} is empty; {fix}.")
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path} is not valid JSON (truncated?) at line {exc.lineno} column {exc.colno}; "
+                          f"{fix}.") from None
+    if not isinstance(value, dict):
+        raise ReportError(f"{path} holds a {type(value).__name__}, not a JSON object; {fix}.")
+    return value
+
+
+RUN_FIX = "the run's files are damaged: remove the run folder from the paths you report (or re-run it)"
+
+
+def read_run(path: Path, label: str = "") -> Run:
+    """The run in folder ``path``; a missing or damaged ``run.json`` or ``metrics.jsonl`` is refused in
+    one line that names the file and the problem."""
+    from mbrl_offline.logging import LogError, read_jsonl
+
+    info = read_json_file(path / "run.json", "run folder", RUN_FIX)
+    for key in ("algorithm", "dataset"):
+        if not isinstance(info.get(key), str):
+            raise ReportError(f"{path / 'run.json'} has no text '{key}' (got {info.get(key)!r}); {RUN_FIX}.")
+    for key in ("dataset_score", "seed"):
+        if info.get(key) is not None and (not isinstance(info[key], (int, float)) or isinstance(info[key], bool)):
+            raise ReportError(f"{path / 'run.json'} has '{key}' = {info[key]!r}, not a number; {RUN_FIX}.")
+    try:
+        records = read_jsonl(path / "metrics.jsonl")
+    except FileNotFoundError:
+        raise ReportError(f"{path / 'metrics.jsonl'} is missing, so {path} is not a complete run folder; "
+                          f"{RUN_FIX}.") from None
+    except LogError as exc:
+        raise ReportError(str(exc)) from None
     evaluated = [r for r in records if "eval" in r]
     return Run(path, info, [r["step"] for r in evaluated], [r["eval"]["normalized_score"] for r in evaluated], label)
 
@@ -98,9 +135,22 @@ def read_sweep(path: Path, top: int = 3) -> SweepSummary:
     """A sweep folder's study, with the runs of its ``top`` best complete trials."""
     from mbrl_offline.tune import load_sweep, trial_dir_name
 
+    fix = ("the sweep folder is damaged: run the sweep again with the same settings (which rewrites sweep.json), "
+           "or leave it out")
+    info = read_json_file(path / "sweep.json", "sweep folder", fix)
+    for key in ("study_name", "storage"):
+        if not isinstance(info.get(key), str) or not info[key]:
+            raise ReportError(f"{path / 'sweep.json'} has no text '{key}' (got {info.get(key)!r}); {fix}.")
+    if not isinstance(info.get("config", {}), dict):
+        raise ReportError(f"{path / 'sweep.json'} has 'config' = {info['config']!r}, not an object; {fix}.")
+    if info["storage"].startswith("sqlite:///"):  # loading would create an empty database in its place
+        database = Path(info["storage"][len("sqlite:///"):])
+        if not database.is_file():
+            raise ReportError(f"the study database {database} named in {path / 'sweep.json'} is missing; "
+                              f"restore it, or leave the sweep out of the report.")
     try:
         study, info = load_sweep(path)
-    except Exception as exc:  # a missing database, a server that is down, a study that was deleted
+    except Exception as exc:  # a damaged database, a server that is down, a study that was deleted
         raise ReportError(f"cannot open the study of sweep {path}: {type(exc).__name__}: "
                           f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
     summary = SweepSummary(path, study, info)
@@ -160,6 +210,8 @@ def plot_curves(runs: list[Run], out_dir: Path, prefix: str = "curves") -> list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from mbrl_offline.utils import atomic_path
+
     by_dataset: dict[str, dict[str, list[Run]]] = {}
     for (dataset, label), group in group_runs([r for r in runs if r.scores]).items():
         by_dataset.setdefault(dataset, {})[label] = group
@@ -186,8 +238,11 @@ def plot_curves(runs: list[Run], out_dir: Path, prefix: str = "curves") -> list[
         ax.legend(fontsize=8)
         fig.tight_layout()
         path = out_dir / f"{prefix}-{dataset}.png"
-        fig.savefig(path)
-        plt.close(fig)
+        try:
+            with atomic_path(path) as tmp:  # never a half-written figure
+                fig.savefig(tmp, format="png")
+        finally:
+            plt.close(fig)
         written.append(path)
     return written
 
@@ -245,11 +300,29 @@ def _format_value(value) -> str:
 
 # ------------------------------------------------------------------------------------------ report
 def write_report(paths: list[str | Path], out_dir: str | Path, command: Optional[str] = None) -> Path:
-    """Write ``report.md`` and its PNG figures to ``out_dir``; returns the markdown file's path."""
-    from mbrl_offline.utils import atomic_path
+    """Write ``report.md`` and its PNG figures to ``out_dir``; returns the markdown file's path. The
+    output folder is checked before any log is read; each file is written whole or not at all, and a
+    failed write (a full disk) is one `ReportError` line."""
+    from mbrl_offline.config import check_writable_dir
+    from mbrl_offline.errors import ConfigError
 
+    try:
+        check_writable_dir(out_dir, "--out")
+    except ConfigError as exc:
+        raise ReportError(str(exc)) from None
     runs, sweeps = find_runs(paths)
     out_dir = Path(out_dir)
+    try:
+        return _write_report(runs, sweeps, out_dir, command)
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise ReportError(f"cannot write the report in {out_dir}: {exc.strerror or exc}{where}; nothing was left "
+                          f"half-written. Free some space or choose another --out.") from None
+
+
+def _write_report(runs: list[Run], sweeps: list[SweepSummary], out_dir: Path, command: Optional[str]) -> Path:
+    from mbrl_offline.utils import atomic_path
+
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = ["# Report", ""]
     if command:

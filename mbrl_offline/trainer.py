@@ -14,6 +14,12 @@ Optionally the agent has ``on_epoch_end(epoch, total_epochs)`` for per-epoch sch
 a bool ``synthetic`` field marking generated rows. `mbrl_offline.build_run` builds the parts from
 names and settings.
 
+A run folder that holds an earlier run's files (`RUN_FILES`: ``run.json``, ``metrics.jsonl``,
+``checkpoint.pt``, ``tensorboard/``; a finished run whose checkpoint was deleted to save disk still
+counts) is never written over: ``train()`` refuses it unless ``resume=True`` (continue it from its
+checkpoint) or ``overwrite=True`` (delete those files and start afresh; ``overwrite=true`` on
+``examples/train.py``). Other files in the folder are left alone.
+
 A checkpoint holds the agent (weights, optimisers, config), the generator's settings and state, the
 synthetic buffer, every random-number state and the epoch, so ``resume=True`` continues exactly as if
 the run had not stopped (same device and thread count). The real buffer is rebuilt from the dataset,
@@ -36,6 +42,7 @@ from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import Mixing, MixingConfig, TransitionBuffer
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
 from mbrl_offline.checkpoint import numpy_rng_state, python_rng_state, set_numpy_rng_state, set_python_rng_state
+from mbrl_offline.config import require_in_range, require_nonnegative, require_positive
 from mbrl_offline.data.dataset import require_dataset
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import (CheckpointError, ConfigError, DatasetError, InputTypeError, TrainingDiverged,
@@ -45,6 +52,28 @@ from mbrl_offline.logging import RunLogger
 from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.torch_files import save_plain
 from mbrl_offline.utils import atomic_path, progress_bar
+
+
+RUN_FILES = ("run.json", "metrics.jsonl", "checkpoint.pt", "tensorboard")  # what a run writes in its run_dir
+
+
+def earlier_run_files(run_dir: str | Path) -> list[str]:
+    """The files of an earlier run (`RUN_FILES`) that ``run_dir`` holds, in that order."""
+    run_dir = Path(run_dir)
+    return [name for name in RUN_FILES if (run_dir / name).exists()]
+
+
+def check_run_dir(run_dir: str | Path, resume: bool = False, overwrite: bool = False) -> None:
+    """Refuse, in one line (`CheckpointError`), to start a new run in a folder that holds an earlier
+    run's files unless ``resume`` or ``overwrite`` says what to do with them. ``train()`` calls it; the
+    command-line tools call it before loading data, so the refusal comes before any work."""
+    if resume and overwrite:
+        raise ConfigError("resume=true and overwrite=true contradict each other: resume continues the run in "
+                          "trainer.run_dir, overwrite deletes it; choose one.")
+    found = earlier_run_files(run_dir)
+    if found and not resume and not overwrite:
+        raise CheckpointError(f"{run_dir} already holds a run ({', '.join(found)}); pass resume=true to continue it, "
+                              f"overwrite=true to replace it, or choose another run_dir.")
 
 
 @dataclass
@@ -61,9 +90,13 @@ class TrainerConfig:
     progress: bool = True
 
     def __post_init__(self):
-        for name in ("epochs", "updates_per_epoch", "eval_every", "eval_episodes", "checkpoint_every"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"trainer.{name} must be at least 1, got {getattr(self, name)}.")
+        require_positive(self, "epochs", "updates_per_epoch", "eval_every", "eval_episodes", "checkpoint_every",
+                         section="trainer")
+        require_nonnegative(self, "seed", section="trainer")
+        # inf turns the guard off; NaN or a bound <= 0 would stop every run at its first epoch
+        require_in_range(self, "divergence_q", 0.0, low_open=True, finite=False, section="trainer")
+        if not isinstance(self.run_dir, (str, Path)) or not str(self.run_dir).strip():
+            raise ConfigError(f"trainer.run_dir = {self.run_dir!r} must name a folder, e.g. trainer.run_dir=runs/my-run.")
 
 
 class Trainer:
@@ -96,14 +129,16 @@ class Trainer:
         self.history: list[dict] = []  # evaluation results, one per evaluated epoch
 
     # ----------------------------------------------------------------------------------- loop
-    def train(self, resume: bool = False) -> dict:
-        """Run (or, with ``resume``, continue) to ``config.epochs``; returns `summary()`."""
+    def train(self, resume: bool = False, overwrite: bool = False) -> dict:
+        """Run (or, with ``resume``, continue) to ``config.epochs``; returns `summary()`. A run folder
+        holding an earlier run is refused unless ``resume`` or ``overwrite`` (which deletes that run's
+        files first) is given (`check_run_dir`)."""
         cfg = self.config
+        check_run_dir(self.run_dir, resume, overwrite)
         if resume:
             self.load_checkpoint(self.checkpoint_path)
-        elif self.checkpoint_path.exists():
-            raise CheckpointError(f"{self.run_dir} already holds a run (checkpoint.pt); pass resume=true to "
-                                  f"continue it, or choose another run_dir.")
+        elif overwrite:
+            self._delete_earlier_run()
         self._write_run_info()
         logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None,
                            resume_step=self.epoch * cfg.updates_per_epoch if resume else None,
@@ -136,6 +171,17 @@ class Trainer:
             bar.close()
             logger.close()
         return self.summary()
+
+    def _delete_earlier_run(self) -> None:
+        """Remove the earlier run's files (`RUN_FILES`) from the run folder, and nothing else."""
+        import shutil
+
+        for name in earlier_run_files(self.run_dir):
+            path = self.run_dir / name
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
 
     def _write_run_info(self) -> None:
         """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and

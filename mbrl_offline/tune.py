@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from mbrl_offline.config import require_nonnegative, require_positive
 from mbrl_offline.errors import ConfigError
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -48,12 +49,18 @@ class SamplerConfig:
     seed: Optional[int] = 0  # each trial draws with (seed, trial number): reproducible, and no repeats on resume or across workers
     n_startup_trials: int = 5  # TPE: random trials before the model-guided ones
 
+    def __post_init__(self):
+        require_nonnegative(self, "seed", "n_startup_trials", section="sweep.sampler")
+
 
 @dataclass
 class PrunerConfig:
     name: str = "median"  # median | hyperband | none
     n_startup_trials: int = 3  # median: trials that are never pruned, to have something to compare with
     n_warmup_epochs: int = 2  # median: no pruning before this epoch of a trial's first run
+
+    def __post_init__(self):
+        require_nonnegative(self, "n_startup_trials", "n_warmup_epochs", section="sweep.pruner")
 
 
 @dataclass
@@ -73,18 +80,20 @@ class SweepConfig:
     space: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.n_trials < 1:
-            raise ConfigError(f"sweep.n_trials must be at least 1, got {self.n_trials}.")
+        require_positive(self, "n_trials", section="sweep")
         if not self.seeds:
             raise ConfigError("sweep.seeds is empty; give at least one seed, e.g. sweep.seeds=[0].")
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in self.seeds):
+            raise ConfigError(f"sweep.seeds must be whole numbers >= 0, got {list(self.seeds)}.")
+        if not str(self.dir).strip():
+            raise ConfigError("sweep.dir is empty; name the sweep's folder, e.g. sweep.dir=sweeps/my-sweep.")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"unknown sweep.objective '{self.objective}'; choose one of {', '.join(OBJECTIVES)}.")
         if self.sampler.name not in SAMPLERS:
             raise ConfigError(f"unknown sweep.sampler.name '{self.sampler.name}'; choose one of {', '.join(SAMPLERS)}.")
         if self.pruner.name not in PRUNERS:
             raise ConfigError(f"unknown sweep.pruner.name '{self.pruner.name}'; choose one of {', '.join(PRUNERS)}.")
-        if self.heartbeat_seconds < 1:
-            raise ConfigError(f"sweep.heartbeat_seconds must be at least 1, got {self.heartbeat_seconds}.")
+        require_positive(self, "heartbeat_seconds", section="sweep")
         self.parameters = flatten_space(self.space)
         if self.sampler.name == "grid" and any(spec["type"] != "categorical" for spec in self.parameters.values()):
             raise ConfigError("sweep.sampler.name=grid needs every parameter to be categorical (a list of choices).")

@@ -33,8 +33,21 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(obj, tmp)
+    """``torch.save(obj, path)`` through `atomic_path`: the old file or the new one, never a part. A write
+    that fails (a full disk, a folder that cannot be written) is one `CheckpointError` line."""
+    from mbrl_offline.errors import CheckpointError
+
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(obj, tmp)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write {path}: {exc.strerror or exc}; nothing was written (the previous file, "
+                              f"if any, is kept). Check the free disk space and the folder's permissions.") from None
+    except RuntimeError as exc:  # torch's zip writer reports a failed write as a RuntimeError
+        if "write" not in str(exc).lower():
+            raise
+        raise CheckpointError(f"cannot write {path}: {str(exc).strip().splitlines()[0]}; nothing was written (the "
+                              f"previous file, if any, is kept). Check the free disk space.") from None
 
 
 def progress_bar(**kwargs):

@@ -33,7 +33,8 @@ def test_train_then_evaluate(tmp_path, device):
 
     again = run("train.py", *TINY, f"device={device}", f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
     assert again.returncode == 2 and again.stderr.strip().endswith(
-        "already holds a run (checkpoint.pt); pass resume=true to continue it, or choose another run_dir.")
+        "already holds a run (run.json, metrics.jsonl, checkpoint.pt, tensorboard); pass resume=true to continue it, "
+        "overwrite=true to replace it, or choose another run_dir.")
     resumed = run("train.py", *TINY, "trainer.epochs=3", "resume=true", f"device={device}",
                   f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
@@ -67,6 +68,14 @@ def test_train_then_evaluate(tmp_path, device):
     ("preset=mopo-hoper-medium", "error: unknown preset 'mopo-hoper-medium'. Did you mean 'mopo-hopper-medium'?"),
     ("generator.rollout.penalty=mopo", "error: unknown rollout.penalty 'mopo'; choose one of none, aleatoric,"),
     ("generator.rollout.planner=cem", "error: unknown rollout.planner 'cem'; choose one of policy, upmpc."),
+    ("algo.gamma=99", "error: algo.gamma must be in (0, 1] (the discount; usually 0.99), got 99.0."),
+    ("algo.batch_size=0", "error: algo.batch_size must be at least 1, got 0."),
+    ("algo.critic_lr=-3e-4", "error: algo.critic_lr must be above 0, got -0.0003."),
+    ("seed=-1", "error: seed must be at least 0, got -1."),
+    ("torch_threads=-1", "error: torch_threads must be at least 0 (0 or null: torch's default), got -1."),
+    ("device=nonsense", "error: device=nonsense is not a device; write cpu, cuda, cuda:<index> or mps."),
+    ("algo=mopo env=pendulum preset=mopo-hopper-medium", "error: that preset holds the settings published for "
+                                                         "hopper-medium, not for env pendulum; use env=hopper"),
 ])
 def test_bad_overrides_give_one_error_line(tmp_path, override, message):
     result = run("train.py", *override.split(), f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
@@ -89,7 +98,8 @@ SAC_TINY = ["algo.num_critics=2", "algo.hidden_size=16"]
 
 
 @pytest.mark.parametrize("algo, extra, generator", [
-    ("mopo", SAC_TINY + ROLLOUTS_TINY + ["preset=mopo-hopper-medium"], "rollouts"),  # a published preset on another env: it only sets h and lambda
+    # the values of preset mopo-hopper-medium (a preset itself is refused on another env than its own)
+    ("mopo", SAC_TINY + ROLLOUTS_TINY + ["generator.rollout.horizon=5", "generator.rollout.penalty_coef=5.0"], "rollouts"),
     ("mobile", SAC_TINY + ROLLOUTS_TINY + ["algo.target_floor=null"], "rollouts"),
     ("coplanner", SAC_TINY + ROLLOUTS_TINY + ["generator.rollout.upmpc.candidates=2", "generator.rollout.upmpc.horizon=2"],
      "rollouts"),

@@ -53,7 +53,7 @@ from torch import nn
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.config import require_positive
+from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.roles import FeedForwardAgent
@@ -87,10 +87,11 @@ class IQLConfig:
 
     def __post_init__(self):
         require_positive(self, "batch_size", "hidden_size", "hidden_layers")
-        if not 0.0 < self.expectile < 1.0:
-            raise ConfigError(f"algo.expectile = {self.expectile} must lie strictly between 0 and 1 (CORL: 0.7).")
-        if self.beta < 0 or self.exp_adv_max <= 0:
-            raise ConfigError(f"IQL needs beta >= 0 and exp_adv_max > 0, got {self.beta} and {self.exp_adv_max}.")
+        require_in_range(self, "expectile", 0.0, 1.0, low_open=True, high_open=True, hint=" (CORL: 0.7)")
+        require_nonnegative(self, "beta", "state_std_eps")
+        require_above_zero(self, "exp_adv_max", "actor_lr", "critic_lr", "value_lr")
+        require_in_range(self, "gamma", 0.0, 1.0, low_open=True, hint=" (the discount; usually 0.99)")
+        require_in_range(self, "tau", 0.0, 1.0, low_open=True, hint=" (the target networks' Polyak rate; usually 5e-3)")
 
 
 def expectile_loss(diff: torch.Tensor, expectile: float, weights: Optional[torch.Tensor] = None) -> torch.Tensor:

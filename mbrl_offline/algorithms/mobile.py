@@ -36,7 +36,7 @@ import torch
 
 from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig, mbpo_rollouts
 from mbrl_offline.algorithms.sac import SAC
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.config import require_in_range, require_nonnegative, require_positive
 from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
 from mbrl_offline.models.uncertainty import bellman_target_spread
@@ -56,9 +56,9 @@ class MOBILEConfig(OfflineRLKitSACConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.penalty_coef < 0 or self.num_samples < 1:
-            raise ConfigError(f"MOBILE needs penalty_coef >= 0 and num_samples >= 1, got {self.penalty_coef} "
-                              f"and {self.num_samples}.")
+        require_nonnegative(self, "penalty_coef")
+        require_positive(self, "num_samples")
+        require_in_range(self, "target_floor")  # any finite number, or None for no clip
 
 
 class MOBILE(SAC):

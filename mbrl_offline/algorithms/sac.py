@@ -46,7 +46,7 @@ import torch
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.data.envs import get_env_info
-from mbrl_offline.config import require_positive
+from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
 from mbrl_offline.roles import FeedForwardAgent
@@ -126,7 +126,12 @@ class SACConfig:
     cuda_graph: bool = True  # on a CUDA device, record the update once and replay it as a CUDA graph (see `SAC`)
 
     def __post_init__(self):
-        require_positive(self, "batch_size", "hidden_size", "hidden_layers")
+        require_positive(self, "num_critics", "batch_size", "hidden_size", "hidden_layers")
+        require_above_zero(self, "actor_lr", "critic_lr", "alpha_lr", "init_alpha")
+        require_in_range(self, "gamma", 0.0, 1.0, low_open=True, hint=" (the discount; usually 0.99)")
+        require_in_range(self, "tau", 0.0, 1.0, low_open=True, hint=" (the target networks' Polyak rate; usually 5e-3)")
+        require_in_range(self, "target_entropy")  # any finite number, or None for -|A|
+        require_nonnegative(self, "eta")
         if self.eta < 0 or (self.eta > 0 and self.num_critics < 2):
             raise ConfigError(f"eta = {self.eta} needs eta >= 0, and at least 2 critics when eta > 0 "
                               f"(num_critics = {self.num_critics}).")

@@ -45,8 +45,7 @@ import torch.nn.functional as F
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.config import require_positive
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.roles import FeedForwardAgent
 from mbrl_offline.utils import soft_update
@@ -74,12 +73,11 @@ class TD3BCConfig:
     state_std_eps: float = 1e-3
 
     def __post_init__(self):
-        require_positive(self, "batch_size", "hidden_size", "hidden_layers")
-        if self.alpha < 0 or self.policy_noise < 0 or self.noise_clip < 0:
-            raise ConfigError(f"TD3+BC needs alpha, policy_noise and noise_clip >= 0, got {self.alpha}, "
-                              f"{self.policy_noise} and {self.noise_clip}.")
-        if self.policy_freq < 1:
-            raise ConfigError(f"algo.policy_freq = {self.policy_freq} must be at least 1 (CORL: 2).")
+        require_positive(self, "batch_size", "hidden_size", "hidden_layers", "policy_freq")
+        require_nonnegative(self, "alpha", "policy_noise", "noise_clip", "state_std_eps")
+        require_above_zero(self, "actor_lr", "critic_lr")
+        require_in_range(self, "gamma", 0.0, 1.0, low_open=True, hint=" (the discount; usually 0.99)")
+        require_in_range(self, "tau", 0.0, 1.0, low_open=True, hint=" (the target networks' Polyak rate; usually 5e-3)")
 
 
 class TD3BC(FeedForwardAgent):

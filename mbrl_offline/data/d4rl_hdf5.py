@@ -71,7 +71,10 @@ def read_d4rl_hdf5(path: str | os.PathLike, source: Optional[str] = None) -> Off
 
 
 def write_d4rl_hdf5(dataset: OfflineDataset, path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Write ``dataset`` as a D4RL-format HDF5 file (with next_observations and timeouts), atomically.
+    """Write ``dataset`` as a D4RL-format HDF5 file (with next_observations and timeouts), atomically:
+    into a temporary file in the same folder, renamed into place when complete. A write that fails
+    midway (a full disk, a folder that cannot be written) leaves no file behind, the old one (with
+    ``overwrite``) untouched, and ends in one `DatasetError` line.
 
     Reference scores and provenance go into ``metadata/`` attributes, which other loaders ignore.
     """
@@ -80,19 +83,37 @@ def write_d4rl_hdf5(dataset: OfflineDataset, path: str | os.PathLike, overwrite:
     import h5py
 
     path = Path(path)
+    if path.is_dir():
+        raise DatasetError(f"{path} is a folder; name the .hdf5 file to write, e.g. {path / 'dataset.hdf5'}.")
     if path.exists() and not overwrite:
         raise DatasetError(f"{path} already exists; delete it or pass overwrite=true.")
-    with atomic_path(path) as tmp:
-        with h5py.File(tmp, "w") as f:
-            for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
-                # shuffle+gzip: about 10% smaller than gzip alone on float observations
-                f.create_dataset(key, data=getattr(dataset, key), compression="gzip", compression_opts=4, shuffle=True)
-            meta = f.create_group("metadata")
-            for key in ("env_id", "env_name", "ref_min_score", "ref_max_score"):
-                value = getattr(dataset, key)
-                if value is not None:
-                    meta.attrs[key] = value
-            meta.attrs["provenance"] = json.dumps(dataset.metadata, sort_keys=True, default=str)
+    try:
+        with atomic_path(path) as tmp:
+            f = h5py.File(tmp, "w")
+            try:
+                for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
+                    # shuffle+gzip: about 10% smaller than gzip alone on float observations
+                    f.create_dataset(key, data=getattr(dataset, key), compression="gzip", compression_opts=4,
+                                     shuffle=True)
+                meta = f.create_group("metadata")
+                for key in ("env_id", "env_name", "ref_min_score", "ref_max_score"):
+                    value = getattr(dataset, key)
+                    if value is not None:
+                        meta.attrs[key] = value
+                meta.attrs["provenance"] = json.dumps(dataset.metadata, sort_keys=True, default=str)
+                f.flush()  # a full disk shows here, while the file is still open
+            except BaseException:
+                try:
+                    f.close()  # after a failed write closing can fail too; the file is discarded anyway
+                except Exception:
+                    pass
+                raise
+            f.close()  # a failure here also discards the temporary file
+    except OSError as exc:  # h5py's I/O errors (a full disk), and a folder that cannot be written
+        text = str(exc).strip()
+        reason = exc.strerror or (text.splitlines()[0] if text else type(exc).__name__)
+        raise DatasetError(f"cannot write {path}: {reason}; nothing was written. Check the free disk space and the "
+                           f"folder's permissions, or choose another location.") from None
     return path
 
 

@@ -11,7 +11,10 @@ A spec string picks the source:
 
 The environment comes from the dataset's own metadata, else from a D4RL file's name
 (``hopper_medium-v2.hdf5``), else from the ``env`` argument; it fixes the reference scores and the
-expected observation and action sizes, which every loaded dataset is checked against.
+expected observation and action sizes, which every loaded dataset is checked against. An ``env``
+argument names the env to evaluate in (it wins over a file's name), but one that contradicts the env
+the dataset's own metadata names (``env=walker2d`` for a halfcheetah dataset, whose sizes are the same)
+is refused in one line.
 """
 from __future__ import annotations
 
@@ -92,11 +95,23 @@ def _attach_env(dataset: OfflineDataset, env: Optional[str]) -> OfflineDataset:
         if env is not None:  # the caller named an env we do not know
             raise
         return dataset  # an env outside the registry (another version, another suite): keep the file's settings
+    own = _registry_name(dataset.env_name) or _registry_name(dataset.env_id)  # the env its metadata names
+    if env is not None and own is not None and own != info.name:
+        raise DatasetError(f"{dataset.source} is a {own} dataset, not a {info.name} one; use env={own}, or a "
+                           f"{info.name} dataset.")
     dataset.env_name, dataset.env_id = info.name, info.gym_id
     if dataset.ref_min_score is None or dataset.ref_max_score is None:
         dataset.ref_min_score, dataset.ref_max_score = info.ref_min_score, info.ref_max_score
     dataset.validate(obs_dim=info.obs_dim, act_dim=info.act_dim)
     return dataset
+
+
+def _registry_name(name: Optional[str]) -> Optional[str]:
+    """The registry's short name for an env name or Gymnasium id; None if it is not in the registry."""
+    try:
+        return get_env_info(name).name if name else None
+    except ConfigError:
+        return None
 
 
 def _env_from_filename(path: str) -> Optional[str]:

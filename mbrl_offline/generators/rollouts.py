@@ -34,6 +34,7 @@ from typing import Optional
 import torch
 
 from mbrl_offline.buffer import MixingConfig
+from mbrl_offline.config import require_nonnegative, require_positive
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
@@ -65,9 +66,8 @@ class RolloutConfig:
     upmpc: UPMPCConfig = field(default_factory=UPMPCConfig)  # used when planner is upmpc
 
     def __post_init__(self):
-        for name in ("horizon", "rollouts_per_epoch", "retain_epochs"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"rollout.{name} must be at least 1, got {getattr(self, name)}.")
+        require_positive(self, "horizon", "rollouts_per_epoch", "retain_epochs", section="rollout")
+        require_nonnegative(self, "penalty_coef", section="rollout")
         if self.penalty not in PENALTIES:
             raise ConfigError(f"unknown rollout.penalty '{self.penalty}'; choose one of {', '.join(PENALTIES)}.")
         if self.member not in MEMBERS:
@@ -209,7 +209,7 @@ class RolloutGeneratorConfig:
     def __post_init__(self):
         if self.kind != "rollouts":
             raise ConfigError(f"a RolloutGeneratorConfig has kind 'rollouts', not '{self.kind}'.")
-        if self.every < 0:
+        if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
             raise ConfigError(f"generator.every must be >= 0 (0: generate once), got {self.every}.")
 
 

@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import torch
 
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.config import require_fraction, require_nonnegative, require_positive
 from mbrl_offline.models.uncertainty import sample_members, sampled_disagreement
 
 
@@ -38,9 +38,9 @@ class UPMPCConfig:
     uncertainty_discount: float = 0.97  # gamma_u
 
     def __post_init__(self):
-        if self.candidates < 1 or self.horizon < 1:
-            raise ConfigError(f"upmpc.candidates and upmpc.horizon must be at least 1, got "
-                              f"{self.candidates} and {self.horizon}.")
+        require_positive(self, "candidates", "horizon", section="upmpc")
+        require_nonnegative(self, "uncertainty_weight", section="upmpc")
+        require_fraction(self, "reward_discount", "uncertainty_discount", section="upmpc")
 
 
 @torch.no_grad()

@@ -66,6 +66,7 @@ import torch
 from torch import nn
 
 from mbrl_offline.cache import cache_root, load_or_fit
+from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
 from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
@@ -119,6 +120,18 @@ class DynamicsConfig:
     seed: int = 0
 
     def __post_init__(self):
+        require_positive(self, "ensemble_size", "hidden_size", "hidden_layers", "batch_size", "max_epochs", "patience",
+                         "max_holdout", section="dynamics")
+        require_nonnegative(self, "min_epochs", "seed", "logvar_bound_coef", "improvement_threshold", section="dynamics")
+        require_above_zero(self, "learning_rate", "init_truncation", "input_clip", section="dynamics")
+        # a holdout of all rows leaves nothing to train on (too few rows are refused when fitting)
+        require_in_range(self, "holdout_ratio", 0.0, 1.0, high_open=True, section="dynamics")
+        require_in_range(self, "logvar_min", section="dynamics")
+        require_in_range(self, "logvar_max", section="dynamics")
+        if not isinstance(self.weight_decay, (tuple, list)) or not all(
+                isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w < math.inf for w in self.weight_decay):
+            raise ConfigError(f"dynamics.weight_decay must be a list of numbers >= 0 (one per hidden layer and "
+                              f"one for the head), got {self.weight_decay!r}.")
         if isinstance(self.bootstrap, bool):
             self.bootstrap = "every_epoch" if self.bootstrap else "none"
         if self.bootstrap not in BOOTSTRAP:
@@ -130,7 +143,7 @@ class DynamicsConfig:
         if self.logvar_bounds not in LOGVAR_BOUNDS:
             raise ConfigError(f"unknown dynamics logvar_bounds '{self.logvar_bounds}'; choose one of "
                               f"{', '.join(LOGVAR_BOUNDS)}.")
-        if not 0 < self.num_elites <= self.ensemble_size:
+        if not isinstance(self.num_elites, int) or not 0 < self.num_elites <= self.ensemble_size:
             raise ConfigError(f"num_elites must be in 1..ensemble_size ({self.ensemble_size}), got {self.num_elites}.")
         if len(self.weight_decay) != self.hidden_layers + 1:
             raise ConfigError(f"weight_decay needs {self.hidden_layers + 1} values (hidden layers + head), "
