@@ -18,6 +18,7 @@ from typing import Optional
 import torch
 
 from mbrl_offline.algorithms import ALGORITHMS, get_algorithm
+from mbrl_offline.config import check_device
 from mbrl_offline.data.dataset import require_dataset
 from mbrl_offline.errors import ConfigError, InputTypeError, type_name
 from mbrl_offline.generators import GENERATORS, build_generator
@@ -64,6 +65,7 @@ def build_run(algo: str, dataset, algo_config=None, generator_config=None,
     algo_config = algo_config if algo_config is not None else config_cls()
     generator_config = generator_config if generator_config is not None else agent_cls.published_generator()
     check_pair(agent_cls, generator_config)
+    device = check_device(device, "build_run's device")
     torch.manual_seed(trainer_config.seed)
     generator = build_generator(generator_config, dataset, device, cache_dir, dynamics_path, trainer_config.progress)
     parts = {"dynamics": generator.dynamics} if agent_cls.needs_dynamics else {}

@@ -162,3 +162,15 @@ def test_wrong_types_are_refused_in_one_line(data, tmp_path, monkeypatch):
         assert isinstance(excinfo.value, TypeError), case
         assert one_line(excinfo.value).startswith(expected), (case, str(excinfo.value))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_build_run_refuses_a_device_this_machine_lacks_before_any_work(data, tmp_path, monkeypatch):
+    from mbrl_offline.errors import ConfigError
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^build_run's device=nonsense is not a device; write cpu"):
+        build_run("td3bc", data, device="nonsense")
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="no CUDA GPU on this machine"):
+            build_run("ravl", data, device="cuda", cache_dir=tmp_path / "cache")
+    assert list(tmp_path.iterdir()) == []
