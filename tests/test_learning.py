@@ -61,7 +61,8 @@ def small(agent_cls, rollout=None, **settings):
 #
 # * TD3+BC on pendulum-medium: CORL's alpha = 2.5 held the policy at the data's level (36.2 after 30k
 #   updates, against the data's 39.0; its behaviour-cloning term dominates on this data); alpha = 10,
-#   a weaker pull to the data, gave 83.1 (30k updates), and 84.5 and 78.8 with seeds 1 and 2 (20k).
+#   a weaker pull to the data, gave 83.1 (30k updates); at this test's 20k updates seeds 0-2 gave
+#   77.3, 84.4 and 78.8 (`python benchmarks/learning_seeds.py --agents td3bc iql --seeds 0 1 2`).
 # * IQL on pendulum-medium stayed near the bar whatever was tried (20-30k updates: CORL's settings
 #   57.5 and 57.8 with seeds 0 and 1; beta = 10: 61.6, 52.3, 70.1 with seeds 0-2; a deterministic
 #   actor 56.5, with beta = 10 62.4; expectile 0.9: 2.3): its evaluations swung between about 30 and
