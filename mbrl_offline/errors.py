@@ -38,3 +38,27 @@ def type_name(value) -> str:
     """``value``'s type as error messages name it: ``str``, ``numpy.ndarray``."""
     kind = type(value)
     return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def read_library_text(path, error: type, fix: str, *, what: str = "", folder: str = "") -> str:
+    """The text of a file the library wrote, or ``error`` raised in one line that names ``path`` and
+    the problem, ending with ``fix``. A missing file raises ``FileNotFoundError`` unless ``what``
+    names the thing the file completes (``"...is missing, so <parent> is not a complete <what>"``);
+    ``folder`` is the message for a folder where the file should be (default: the OS's reason)."""
+    from pathlib import Path
+
+    path = Path(path)
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if not what:
+            raise
+        raise error(f"{path} is missing, so {path.parent} is not a complete {what}; {fix}.") from None
+    except UnicodeDecodeError:
+        raise error(f"{path} is not text (not UTF-8); {fix}.") from None
+    except IsADirectoryError as exc:
+        if folder:
+            raise error(f"{path} {folder}.") from None
+        raise error(f"cannot read {path} ({exc.strerror or exc}); {fix}.") from None
+    except OSError as exc:
+        raise error(f"cannot read {path} ({exc.strerror or exc}); {fix}.") from None

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from mbrl_offline.errors import MbrlOfflineError
+from mbrl_offline.errors import MbrlOfflineError, read_library_text
 
 
 class LogError(MbrlOfflineError, ValueError):
@@ -64,12 +64,8 @@ def read_jsonl(path: str | Path) -> list[dict]:
     numbers (``eval`` with its ``normalized_score``). A damaged file is refused in one line that names
     the file, the line and the problem (`LogError`); a missing one raises `FileNotFoundError`."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise LogError(f"{path} is not text (not UTF-8); {DAMAGED}.") from None
-    except IsADirectoryError:
-        raise LogError(f"{path} is a folder, not a log file; remove it or the run folder.") from None
+    text = read_library_text(path, LogError, DAMAGED,
+                             folder="is a folder, not a log file; remove it or the run folder")
     records = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():

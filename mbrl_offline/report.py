@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from mbrl_offline.errors import MbrlOfflineError
+from mbrl_offline.errors import MbrlOfflineError, read_library_text
 
 
 class ReportError(MbrlOfflineError, ValueError):
@@ -62,14 +62,7 @@ def dataset_label(source: str) -> str:
 def read_json_file(path: Path, what: str, fix: str) -> dict:
     """A JSON object from ``path`` (a file the library wrote), or a `ReportError` in one line that names
     the file and what is wrong with it (missing, empty, not JSON, not an object); ``fix`` ends it."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ReportError(f"{path} is missing, so {path.parent} is not a complete {what}; {fix}.") from None
-    except UnicodeDecodeError:
-        raise ReportError(f"{path} is not text (not UTF-8); {fix}.") from None
-    except OSError as exc:
-        raise ReportError(f"cannot read {path} ({exc.strerror or exc}); {fix}.") from None
+    text = read_library_text(path, ReportError, fix, what=what)
     if not text.strip():
         raise ReportError(f"{path} is empty; {fix}.")
     try:
