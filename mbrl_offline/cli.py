@@ -172,7 +172,7 @@ def resolve_train_config(cfg):
 
     agent_cls, config_cls = get_algorithm(cfg.algo.name)
     env = get_env_info(cfg.env.name)
-    check_preset(cfg, env.name)
+    check_preset(cfg, env.name, cfg.env.get("dataset") or env.default_dataset)
     check_run_settings(cfg)
     algo_config = config_to_dataclass(config_cls, {k: v for k, v in cfg.algo.items() if k != "name"}, "algo")
     gen_config = generator_config(cfg.generator)
@@ -189,19 +189,39 @@ def resolve_train_config(cfg):
     return agent_cls, algo_config, gen_config, trainer_config, env
 
 
-def check_preset(cfg, env_name: str) -> None:
+def check_preset(cfg, env_name: str, dataset: "str | None" = None) -> None:
     """Refuse a preset (configs/preset/) on a run it was not made for: each names the algorithm
-    (``preset_for``) and the env (``preset_env``) whose published settings it holds; ``preset_dataset``
-    says which of the env's datasets."""
+    (``preset_for``), the env (``preset_env``) and the dataset (``preset_dataset``) whose published
+    settings it holds. ``dataset`` is the run's dataset as named (a bundled name, a D4RL file, a
+    Minari id); ``preset_dataset=null`` applies the preset to other data on purpose."""
     preset_for = cfg.get("preset_for")
     if preset_for is not None and preset_for != cfg.algo.name:
         raise ConfigError(f"that preset holds {preset_for} settings, not {cfg.algo.name}'s; "
                           f"use algo={preset_for} or a {cfg.algo.name}-... preset.")
     preset_env = cfg.get("preset_env")
+    made_for = cfg.get("preset_dataset")
     if preset_env is not None and preset_env != env_name:
-        made_for = cfg.get("preset_dataset") or preset_env
-        raise ConfigError(f"that preset holds the settings published for {made_for}, not for env {env_name}; "
-                          f"use env={preset_env}, or a {cfg.algo.name}-{env_name}-... preset, or no preset.")
+        raise ConfigError(f"that preset holds the settings published for {made_for or preset_env}, not for env "
+                          f"{env_name}; use env={preset_env}, or a {cfg.algo.name}-{env_name}-... preset, or no preset.")
+    if made_for is not None and dataset is not None and dataset_name(dataset) != made_for:
+        raise ConfigError(f"that preset holds the settings published for {made_for}, but the data is {dataset}; "
+                          f"use env.dataset={made_for} (or its D4RL file), a {cfg.algo.name}-{dataset_name(dataset)} "
+                          f"preset, or preset_dataset=null to apply these settings to this data.")
+
+
+def dataset_name(spec: str) -> str:
+    """The D4RL-style name (``hopper-medium-replay``) of a dataset as a run names it: a bundled name,
+    a D4RL file (``hopper_medium_replay-v2.hdf5``) or a Minari id (``mujoco/hopper/medium-v0``)."""
+    import re
+
+    for prefix in ("bundled:", "d4rl:", "minari:"):
+        if spec.startswith(prefix):
+            spec = spec[len(prefix):]
+    if spec.lower().endswith((".hdf5", ".h5")):
+        spec = Path(spec).stem
+    elif "/" in spec:  # a Minari id: namespace/env/level-vN
+        spec = "-".join(spec.split("/")[-2:])
+    return re.sub(r"-v\d+$", "", spec.lower().replace("_", "-"))
 
 
 def check_run_settings(cfg) -> None:

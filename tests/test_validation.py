@@ -202,6 +202,29 @@ def test_a_preset_is_refused_on_another_env_and_accepted_on_its_own():
     assert env.name == "hopper" and (generator.rollout.horizon, generator.rollout.penalty_coef) == (5, 5.0)
 
 
+def test_a_preset_is_refused_on_other_data_of_its_env_unless_asked():
+    from mbrl_offline.cli import compose, dataset_name, resolve_train_config
+
+    # the default hopper data is hopper-medium: the medium-replay settings do not silently apply to it
+    with pytest.raises(ConfigError) as error:
+        resolve_train_config(compose(CONFIGS, "train", ["algo=mopo", "env=hopper", "preset=mopo-hopper-medium-replay"]))
+    assert str(error.value) == ("that preset holds the settings published for hopper-medium-replay, but the data is "
+                                "hopper-medium; use env.dataset=hopper-medium-replay (or its D4RL file), a "
+                                "mopo-hopper-medium preset, or preset_dataset=null to apply these settings to this data.")
+    for dataset in ("hopper-medium-replay", "bundled:hopper-medium-replay", "/data/hopper_medium_replay-v2.hdf5",
+                    "d4rl:/data/hopper-medium-replay-v2.hdf5", "minari:mujoco/hopper/medium-replay-v0"):
+        assert dataset_name(dataset) == "hopper-medium-replay"
+        resolve_train_config(compose(CONFIGS, "train", ["algo=mopo", "env=hopper", "preset=mopo-hopper-medium-replay",
+                                                        f"env.dataset='{dataset}'"]))
+    with pytest.raises(ConfigError, match="but the data is /data/mine.hdf5; use env.dataset=hopper-medium "):
+        resolve_train_config(compose(CONFIGS, "train", ["algo=mopo", "env=hopper", "preset=mopo-hopper-medium",
+                                                        "env.dataset=/data/mine.hdf5"]))
+    _, _, generator, _, _ = resolve_train_config(compose(
+        CONFIGS, "train", ["algo=mopo", "env=hopper", "preset=mopo-hopper-medium", "env.dataset=/data/mine.hdf5",
+                           "preset_dataset=null"]))
+    assert (generator.rollout.horizon, generator.rollout.penalty_coef) == (5, 5.0)
+
+
 # ----------------------------------------------------------------------------- output folders
 def read_only_folder(tmp_path: Path) -> Path:
     """A folder with mode 0o500, or a skip where that does not stop writes (root ignores modes)."""
