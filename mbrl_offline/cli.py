@@ -121,8 +121,7 @@ def _compose(config_dir: str, config_name: str, overrides: list[str]):
             hint = did_you_mean(option, options)
             raise ConfigError(f"unknown {group or 'config'} '{option}'.{hint} Known: {', '.join(options)}.") from None
         except OverrideParseException as exc:
-            raise ConfigError(f"cannot parse the override: {str(exc).splitlines()[0]} "
-                              f"(write key=value, lists as key=[a,b]).") from None
+            raise ConfigError(f"cannot parse the override: {str(exc).splitlines()[0]}{_parse_fix(overrides)}") from None
         except ConfigCompositionException as exc:
             message = str(exc).splitlines()[0]
             if message.startswith("Could not override '"):
@@ -509,6 +508,26 @@ def added_group_message(message: str, overrides: list[str], config_dir) -> str:
             f"(without '+').")
 
 
+def _parse_fix(overrides: list[str]) -> str:
+    """The end of the message for an override Hydra cannot parse: which one, and how to write it (a
+    value that starts as Hydra syntax but is a file path needs Hydra's quotes)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import Quote, QuotedString
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        try:
+            parser.parse_override(override)
+        except Exception:
+            key, sep, value = override.partition("=")
+            if sep and value[:1] in ("[", "{", "'", '"'):
+                quoted = QuotedString(text=value, quote=Quote.single).with_quotes()
+                return (f" in {override} (lists are written key=[a,b]; a file path that starts with "
+                        f"{value[0]} needs quotes: \"{key}={quoted}\").")
+            return f" in {override} (write key=value, lists as key=[a,b])."
+    return " (write key=value, lists as key=[a,b])."
+
+
 def quote_overrides(overrides: list[str]) -> list[str]:
     """The overrides with every value that Hydra's grammar would reject, or read as a sweep (which a
     single run cannot do), quoted as one string: file paths with spaces, non-ASCII characters (Hydra's
@@ -516,7 +535,7 @@ def quote_overrides(overrides: list[str]) -> list[str]:
     (numbers, lists ``[a,b]``, dicts, interpolations ``${...}``, quoted strings) are unchanged, and so is
     a value that starts as Hydra syntax (``[``, ``{``, a quote, a call of one of Hydra's functions such as
     ``choice(``), so that its mistake gets Hydra's own message. A path that starts with ``[``, ``{`` or a
-    quote needs Hydra's quotes: ``key="[draft] run"``."""
+    quote needs Hydra's quotes, ``key='[draft] run'``, and the parse error for it says so (`_parse_fix`)."""
     return [_quoted(o) for o in overrides]
 
 

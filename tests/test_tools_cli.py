@@ -171,6 +171,28 @@ def test_hydra_syntax_still_works():
         compose(CONFIGS, "train", ["generator.rollout.horizon=[1"])
 
 
+# Paths that start as Hydra syntax (a list, a dict, a quoted string): Hydra must be told they are strings.
+HYDRA_LOOKING_PATHS = ["[draft] run", "{x}/run", "[it's]/run", "'quoted'/run", '"x"/y', "[a,b]/ü"]
+
+
+@pytest.mark.parametrize("path", HYDRA_LOOKING_PATHS)
+def test_a_path_that_looks_like_hydra_syntax_arrives_when_quoted_as_the_error_says(path):
+    quoted = quote_overrides([f"checkpoint={path}"])[0]
+    try:
+        value = compose(CONFIGS, "evaluate", [quoted]).checkpoint
+    except ConfigError as error:  # the message says how to quote it, and that way works
+        message = str(error)
+        assert message.startswith("cannot parse the override") and f"in checkpoint={path} " in message, message
+        assert "needs quotes" in message, message
+        quoted = message.split('needs quotes: "', 1)[1].rsplit('")', 1)[0]
+        value = compose(CONFIGS, "evaluate", [quoted]).checkpoint
+    assert value == path or value == path.strip("'\"")  # a path written in quotes is Hydra's quoted string
+    from hydra.core.override_parser.types import Quote, QuotedString
+
+    escaped = QuotedString(text=path, quote=Quote.single).with_quotes()  # any path, quoted Hydra's way
+    assert compose(CONFIGS, "evaluate", [f"checkpoint={escaped}"]).checkpoint == path
+
+
 def raw_d4rl_file(path: Path, data) -> Path:
     """A D4RL file without our metadata: its name must say the env, or ``env=`` must."""
     path.parent.mkdir(parents=True, exist_ok=True)
