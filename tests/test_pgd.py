@@ -3,6 +3,7 @@ encoding, policy guidance of the sampler, the generation schedule, and compositi
 
 Everything runs at tiny sizes (a U-Net of base 16, a few hundred fitting steps) on the bundled
 pendulum data; the guidance test fits a small model so that guidance has to work against a prior."""
+import json
 import math
 
 import numpy as np
@@ -110,3 +111,157 @@ def test_dataset_with_only_short_episodes_is_refused_in_one_line():
         dataset_windows(data, 32, 8, "generator=pgd")
     assert str(error.value) == ("generator=pgd: short.hdf5 has no window of 32 rows inside one episode (its longest "
                                 "episode has 10 rows); use a dataset with longer episodes or shorter windows.")
+
+
+# ------------------------------------------------------------------------------------------- rows
+def test_rows_round_trip_and_transitions():
+    from mbrl_offline.generators.pgd import TrajectoryRows
+
+    rows = TrajectoryRows(3, 2, [-2.0, -1.0], [2.0, 1.0])
+    g = torch.Generator().manual_seed(0)
+    obs = torch.randn(4, 5, 3, generator=g)
+    actions = (torch.rand(4, 5, 2, generator=g) * 2 - 1) * 0.99 * torch.tensor([2.0, 1.0])
+    rewards, terminals = torch.randn(4, 5, generator=g), torch.rand(4, 5, generator=g) < 0.3
+    encoded = rows.encode(obs, actions, rewards, terminals)
+    assert encoded.shape == (4, 5, 7)
+    assert torch.allclose(encoded[..., 3:5], torch.atanh(actions / torch.tensor([2.0, 1.0])))
+    back = rows.decode(encoded)
+    assert torch.allclose(back["actions"], actions, atol=1e-5) and torch.equal(back["observations"], obs)
+    assert torch.equal(back["rewards"], rewards) and torch.equal(back["terminals"], terminals)
+    # actions at the bounds are clipped to ±0.999 before the arctanh, so they stay finite
+    edge = rows.encode(obs[:1, :1], torch.tensor([[[2.0, -1.0]]]), rewards[:1, :1], terminals[:1, :1])
+    assert torch.allclose(edge[..., 3:5], torch.atanh(torch.tensor([0.999, -0.999])))
+    # transitions: s' is the next row's state; the last row's action and reward are dropped
+    terminals = torch.zeros(4, 5, dtype=torch.bool)
+    terminals[0, 1] = True
+    out = rows.transitions(rows.encode(obs, actions, rewards, terminals))
+    assert len(out["rewards"]) == 16 and torch.equal(out["next_observations"].view(4, 4, 3), obs[:, 1:])
+    assert out["terminals"].sum() == 1 and not out["timeouts"].any()
+    dropped = rows.transitions(rows.encode(obs, actions, rewards, terminals), drop_after_terminal=True)
+    assert len(dropped["rewards"]) == 14  # trajectory 0 keeps rows 0 and 1 (the terminal)
+
+
+# ------------------------------------------------------------------------------------------- generation
+def tiny_pgd(scale: float = 0.1, **changes):
+    """A PGD config at test sizes: a base-16 U-Net fitted for 300 steps on 16-row windows, 16 sampler
+    steps, 32 trajectories of 16 rows."""
+    from mbrl_offline.generators.pgd import PGDGeneratorConfig, PGDGuidanceConfig, UNetConfig
+    from mbrl_offline.models.diffusion import DiffusionTrainConfig, EDMConfig
+
+    train = DiffusionTrainConfig(steps=300, batch_size=32, lr=2e-3, betas=(0.9, 0.999), schedule="warmup_cosine",
+                                 grad_clip=None)
+    settings = dict(window=16, stride=8, unet=UNetConfig(base=16), train=train, edm=EDMConfig(steps=16), length=16,
+                    trajectories=32, sample_batch=32, guidance=PGDGuidanceConfig(scale=scale))
+    return PGDGeneratorConfig(**{**settings, **changes})
+
+
+class TargetPolicy:
+    """A policy that wants action +1.5 (pendulum's actions span [-2, 2]; its data's mean is about 0)."""
+
+    recurrent = False
+
+    def log_prob(self, observations, actions):
+        return (-0.5 * ((actions - 1.5) / 0.5) ** 2).sum(-1)
+
+
+@pytest.fixture(scope="module")
+def pendulum():
+    from mbrl_offline import load_dataset
+
+    return load_dataset("pendulum-medium")
+
+
+@pytest.fixture(scope="module")
+def fitted(pendulum, tmp_path_factory):
+    """A PGD generator on pendulum-medium (fitted once for the module, through the cache)."""
+    from mbrl_offline.generators.pgd import PGDGenerator
+
+    return PGDGenerator.for_dataset(tiny_pgd(), pendulum, cache_dir=tmp_path_factory.mktemp("pgd"), progress=False)
+
+
+def test_guidance_raises_the_policys_likelihood_from_the_same_noise(fitted):
+    """The fitted model samples actions near the data's; guidance with λ > 0 moves them towards the
+    policy's (the likelihood rises), λ < 0 away from it, from the same starting noise and churn draws.
+    The gradient touches the action channels only."""
+    from mbrl_offline.generators.pgd import policy_guidance
+
+    policy = TargetPolicy()
+    noise = torch.randn(32, 16, fitted.rows.channels, generator=torch.Generator().manual_seed(2))
+
+    def likelihood(scale):
+        guidance = policy_guidance(policy, fitted.rows, fitted.model.normalizer, fitted.config.guidance, scale=scale)
+        rows = fitted.sample_trajectories(32, guidance, torch.Generator().manual_seed(1), noise)
+        out = fitted.rows.transitions(rows)
+        assert torch.isfinite(out["observations"]).all()
+        return policy.log_prob(out["observations"], out["actions"]).mean().item()
+
+    unguided, guided, repelled = likelihood(0.0), likelihood(0.1), likelihood(-0.1)
+    assert guided > unguided + 2.0 and repelled < unguided - 2.0, (repelled, unguided, guided)
+    assert likelihood(0.0) == unguided  # the same noise gives the same samples
+    g = policy_guidance(policy, fitted.rows, fitted.model.normalizer, fitted.config.guidance).grad(noise)
+    act = fitted.rows.act
+    assert g[..., act].abs().sum() > 0 and torch.count_nonzero(g) == torch.count_nonzero(g[..., act])
+
+
+def test_the_first_generation_is_unguided_and_later_ones_guided(fitted):
+    from mbrl_offline.generators.pgd import PGDGenerator
+
+    generator = PGDGenerator(fitted.model, fitted.rows, fitted.config)
+    policy = TargetPolicy()
+    first, first_stats = generator.generate(policy, {}, torch.Generator().manual_seed(5))
+    second, second_stats = generator.generate(policy, {}, torch.Generator().manual_seed(5))
+    assert first_stats["guidance_scale"] == 0.0 and second_stats["guidance_scale"] == 0.1
+    unguided = fitted.rows.transitions(generator.sample_trajectories(32, None, torch.Generator().manual_seed(5)))
+    assert torch.equal(first["actions"], unguided["actions"])  # the first one is exactly an unguided sample
+    assert policy.log_prob(second["observations"], second["actions"]).mean() > \
+        policy.log_prob(first["observations"], first["actions"]).mean()
+    assert len(first["rewards"]) == 32 * 15 == generator.buffer_capacity
+    # the count is the generator's state: a resumed run does not guide its first generation again
+    resumed = PGDGenerator(fitted.model, fitted.rows, fitted.config)
+    resumed.load_state_dict(generator.state_dict())
+    assert resumed.generate(policy, {}, torch.Generator().manual_seed(5))[1]["guidance_scale"] == 0.1
+
+
+def test_guidance_with_a_policy_without_log_prob_is_refused_in_one_line(fitted):
+    from mbrl_offline.generators.pgd import PGDGenerator
+    from mbrl_offline.roles import FunctionPolicy
+
+    generator = PGDGenerator(fitted.model, fitted.rows, fitted.config)
+    with pytest.raises(ConfigError) as error:  # refused at the first generation, although it is unguided
+        generator.generate(FunctionPolicy(lambda obs: obs[:, :1]), {})
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("generator.guidance.scale=0.1 needs the policy's log-probability")
+    assert message.endswith("or generator.guidance.scale=0 for unguided diffusion.")
+    unguided = PGDGenerator(fitted.model, fitted.rows, tiny_pgd(scale=0.0))
+    assert unguided.generate(FunctionPolicy(lambda obs: obs[:, :1]), {})[1]["guidance_scale"] == 0.0
+
+
+def test_td3bc_and_ravl_train_on_pgd_data(pendulum, fitted, tmp_path):
+    """td3bc with generator=pgd runs to a normalised score; ravl (the SAC family) composes with it and
+    its policy's log-probability guides the sampler."""
+    import dataclasses
+
+    from mbrl_offline import build_run
+    from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.compose import check_pair
+    from mbrl_offline.generators.pgd import policy_guidance
+    from mbrl_offline.trainer import TrainerConfig
+
+    config = dataclasses.replace(tiny_pgd(), every=10)
+    settings = TrainerConfig(epochs=1, updates_per_epoch=20, eval_episodes=1, run_dir=str(tmp_path / "run"),
+                             progress=False, tensorboard=False)
+    agent_cls, agent_config = ALGORITHMS["td3bc"]
+    trainer = build_run("td3bc", pendulum, dataclasses.replace(agent_config(), hidden_size=16, batch_size=32), config,
+                        settings, cache_dir=tmp_path / "cache")
+    trainer.train()
+    assert trainer.generator.generations == 2 and len(trainer.synthetic) == 32 * 15
+    assert math.isfinite(trainer.history[-1]["normalized_score"])
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert logged[-1]["rollout"]["guidance_scale"] == 0.1  # the second generation (update 10) was guided
+
+    ravl_cls, ravl_config = ALGORITHMS["ravl"]
+    check_pair(ravl_cls, config)
+    ravl = ravl_cls.for_dataset(pendulum, dataclasses.replace(ravl_config(), hidden_size=16))
+    guidance = policy_guidance(ravl.policy, fitted.rows, fitted.model.normalizer, fitted.config.guidance)
+    rows = fitted.sample_trajectories(8, guidance, torch.Generator().manual_seed(0))
+    assert torch.isfinite(rows).all()

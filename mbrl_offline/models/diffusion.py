@@ -10,7 +10,8 @@ The parts, each usable alone:
   (`ElucidatedDiffusion.denoise` is EDM's D), its training `loss`, its noise schedule (`sigmas`) and
   its stochastic Heun `sample`\\ r, optionally guided (`Guidance`);
 * `Normalizer`: per-dimension z-scoring of the last axis (SynthER's ``standard`` normaliser);
-* `ResidualMLPDenoiser`: SynthER's denoiser; `DENOISERS` names the denoisers by kind;
+* `ResidualMLPDenoiser`: SynthER's denoiser; `DENOISERS` names the denoisers by kind (``resmlp``, and PGD's
+  ``unet``, `mbrl_offline.models.unet.TemporalUNet`);
 * `DiffusionTrainConfig` and `fit_diffusion`: the training loop, with EMA weights kept by torch's
   `torch.optim.swa_utils.AveragedModel`;
 * `DiffusionModel`: the saved bundle (normaliser, EDM constants, denoiser kind and settings, EMA
@@ -61,6 +62,7 @@ from mbrl_offline.cache import load_or_fit
 from mbrl_offline.config import (require_above_zero, require_fraction, require_in_range, require_nonnegative,
                                  require_positive)
 from mbrl_offline.errors import CheckpointError, ConfigError, InputError
+from mbrl_offline.models.unet import TemporalUNet
 from mbrl_offline.torch_files import load_plain, save_plain
 from mbrl_offline.utils import progress_bar
 
@@ -393,7 +395,7 @@ class ResidualMLPConfig:
 
 
 # kind -> network class, built as cls(d_in, **kwargs) with d_in the size of the event's last axis
-DENOISERS: dict[str, type[nn.Module]] = {"resmlp": ResidualMLPDenoiser}
+DENOISERS: dict[str, type[nn.Module]] = {"resmlp": ResidualMLPDenoiser, "unet": TemporalUNet}
 
 
 # ------------------------------------------------------------------------------------------- training
