@@ -172,11 +172,32 @@ def pendulum():
 
 
 @pytest.fixture(scope="module")
-def fitted(pendulum, tmp_path_factory):
+def pgd_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("pgd")
+
+
+@pytest.fixture(scope="module")
+def fitted(pendulum, pgd_cache):
     """A PGD generator on pendulum-medium (fitted once for the module, through the cache)."""
     from mbrl_offline.generators.pgd import PGDGenerator
 
-    return PGDGenerator.for_dataset(tiny_pgd(), pendulum, cache_dir=tmp_path_factory.mktemp("pgd"), progress=False)
+    return PGDGenerator.for_dataset(tiny_pgd(), pendulum, cache_dir=pgd_cache, progress=False)
+
+
+def test_the_fitted_model_is_cached_and_loads_from_a_file(fitted, pendulum, pgd_cache, tmp_path):
+    from mbrl_offline.generators.pgd import PGDGenerator
+
+    assert fitted.model.denoiser_kind == "unet" and fitted.model.event_shape == (16, 6)
+    again = PGDGenerator.for_dataset(tiny_pgd(scale=0.3), pendulum, cache_dir=pgd_cache, progress=False)  # no refit
+    assert len(list(pgd_cache.rglob("*.pt"))) == 1
+    path = fitted.model.save(tmp_path / "pgd.pt")
+    loaded = PGDGenerator.for_dataset(tiny_pgd(), pendulum, model_path=path, progress=False)
+    for other in (again, loaded):
+        assert all(torch.equal(a, b) for a, b in zip(fitted.model.state_dict().values(),
+                                                      other.model.state_dict().values()))
+    noise = torch.randn(4, 16, 6, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(fitted.sample_trajectories(4, noise=noise, rng=torch.Generator().manual_seed(1)),
+                       loaded.sample_trajectories(4, noise=noise, rng=torch.Generator().manual_seed(1)))
 
 
 def test_guidance_raises_the_policys_likelihood_from_the_same_noise(fitted):

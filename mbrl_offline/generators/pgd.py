@@ -50,8 +50,9 @@ CPU defaults against the official ones: U-Net base 32 (paper 1024: ≈178M param
 `mbrl_offline.models.unet`), 5,000 training steps (official: 10,000 epochs of the windows, ≈39M
 steps for hopper-medium), 32 sampler steps (official 256), 512 trajectories per generation (official
 8,192). Measured on 1 CPU thread at base 32 for pendulum rows: 25 ms per training batch of 32 windows,
-0.17 s per network evaluation of 256 trajectories of 129 rows, so one generation of 512 trajectories
-with 32 steps (63 evaluations) takes about 25 s unguided.
+0.17 s per network evaluation of 256 trajectories of 129 rows; one generation of 512 trajectories with
+32 steps (63 evaluations; 65,536 transitions) took 43 s unguided and 35 s guided by TD3+BC's policy on
+one thread of a shared 2-core machine (two runs, other jobs running).
 
 The official λ (``policy_guidance_coeff``) is not public: its default 0 is unguided, and the paper's
 values are only in its W&B report. ``guidance.scale`` defaults to 0 here too, so ``generator=pgd``
