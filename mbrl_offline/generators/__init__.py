@@ -1,5 +1,6 @@
 """Synthetic-experience producers (the generator role, `mbrl_offline.roles.Generator`) built on
-`mbrl_offline.models`, and the registry the configs name them by (``generator=rollouts``).
+`mbrl_offline.models`, and the registry the configs name them by (``generator=rollouts``,
+``generator=synther``).
 
 A generator's ``generate(policy, real, rng)`` returns rows in the buffer's format
 (`mbrl_offline.buffer.TRANSITION_FIELDS`) and a dict of statistics to log; its ``config`` holds the
@@ -18,6 +19,7 @@ from mbrl_offline.config import config_to_dataclass, did_you_mean
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.rollouts import (BranchedRollouts, RolloutConfig, RolloutGenerator,
                                               RolloutGeneratorConfig)
+from mbrl_offline.generators.synther import SyntherGenerator, SyntherGeneratorConfig
 from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
 
 
@@ -33,7 +35,8 @@ class NoGeneratorConfig:
 
 
 # kind -> (config class, generator class or None); the kind is the config's ``kind`` field
-GENERATORS = {"none": (NoGeneratorConfig, None), "rollouts": (RolloutGeneratorConfig, RolloutGenerator)}
+GENERATORS = {"none": (NoGeneratorConfig, None), "rollouts": (RolloutGeneratorConfig, RolloutGenerator),
+              "synther": (SyntherGeneratorConfig, SyntherGenerator)}
 
 
 def generator_config(settings: dict):
@@ -59,4 +62,5 @@ def build_generator(config, dataset, device: str | torch.device = "cpu", cache_d
 
 
 __all__ = ["BranchedRollouts", "GENERATORS", "NoGeneratorConfig", "RolloutConfig", "RolloutGenerator",
-           "RolloutGeneratorConfig", "UPMPCConfig", "build_generator", "generator_config", "upmpc_actions"]
+           "RolloutGeneratorConfig", "SyntherGenerator", "SyntherGeneratorConfig", "UPMPCConfig", "build_generator",
+           "generator_config", "upmpc_actions"]
