@@ -1,5 +1,6 @@
 """Synthetic-experience producers (the generator role, `mbrl_offline.roles.Generator`) built on
-`mbrl_offline.models`, and the registry the configs name them by (``generator=rollouts``).
+`mbrl_offline.models`, and the registry the configs name them by (``generator=rollouts``,
+``generator=synther``).
 
 A generator's ``generate(policy, real, rng)`` returns rows in the buffer's format
 (`mbrl_offline.buffer.TRANSITION_FIELDS`) and a dict of statistics to log; its ``config`` holds the
@@ -19,6 +20,7 @@ from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.pgd import PGDGenerator, PGDGeneratorConfig, PGDGuidanceConfig, UNetConfig
 from mbrl_offline.generators.rollouts import (BranchedRollouts, RolloutConfig, RolloutGenerator,
                                               RolloutGeneratorConfig)
+from mbrl_offline.generators.synther import SyntherGenerator, SyntherGeneratorConfig
 from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
 
 
@@ -35,7 +37,7 @@ class NoGeneratorConfig:
 
 # kind -> (config class, generator class or None); the kind is the config's ``kind`` field
 GENERATORS = {"none": (NoGeneratorConfig, None), "rollouts": (RolloutGeneratorConfig, RolloutGenerator),
-              "pgd": (PGDGeneratorConfig, PGDGenerator)}
+              "synther": (SyntherGeneratorConfig, SyntherGenerator), "pgd": (PGDGeneratorConfig, PGDGenerator)}
 
 
 def generator_config(settings: dict):
@@ -61,5 +63,5 @@ def build_generator(config, dataset, device: str | torch.device = "cpu", cache_d
 
 
 __all__ = ["BranchedRollouts", "GENERATORS", "NoGeneratorConfig", "PGDGenerator", "PGDGeneratorConfig",
-           "PGDGuidanceConfig", "RolloutConfig", "RolloutGenerator",
-           "RolloutGeneratorConfig", "UNetConfig", "UPMPCConfig", "build_generator", "generator_config", "upmpc_actions"]
+           "PGDGuidanceConfig", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig", "SyntherGenerator",
+           "SyntherGeneratorConfig", "UNetConfig", "UPMPCConfig", "build_generator", "generator_config", "upmpc_actions"]
