@@ -262,10 +262,13 @@ SETTING_DOCS = {
     "algo": "the fields of the algorithm's config dataclass (mbrl_offline/algorithms/<name>.py: RAVLConfig, "
             "MOPOConfig, MOBILEConfig, COPlannerConfig, TD3BCConfig, IQLConfig)",
     "generator": "the fields of RolloutGeneratorConfig (mbrl_offline/generators/rollouts.py: generator.rollout.*, "
-                 "generator.dynamics.*, generator.mixing.*, generator.every); generator=none has only "
-                 "NoGeneratorConfig's (mbrl_offline/generators/__init__.py); generator=pgd has PGDGeneratorConfig's "
-                 "(mbrl_offline/generators/pgd.py: generator.unet.*, generator.edm.*, generator.train.*, "
-                 "generator.guidance.*); generator=<algo> starts from that algorithm's published generator",
+                 "generator.dynamics.*, generator.mixing.*, generator.every); generator=synther has "
+                 "SyntherGeneratorConfig's (mbrl_offline/generators/synther.py: generator.denoiser.*, "
+                 "generator.edm.*, generator.train.*, generator.samples, generator.mixing.*); generator=pgd has "
+                 "PGDGeneratorConfig's (mbrl_offline/generators/pgd.py: generator.unet.*, generator.edm.*, "
+                 "generator.train.*, generator.guidance.*); generator=none has only NoGeneratorConfig's "
+                 "(mbrl_offline/generators/__init__.py); generator=<algo> starts from that algorithm's published "
+                 "generator",
     "trainer": "the fields of TrainerConfig (mbrl_offline/trainer.py)",
     "env": "env.name and env.dataset (a bundled name, D4RL .hdf5 file or Minari id; null: the env's default), "
            "configs/env/<name>.yaml; the env registry is mbrl_offline/data/envs.py",

@@ -163,9 +163,12 @@ def test_normalizer_round_trip_and_skip_dims():
 def test_cached_model_is_reused(tmp_path, monkeypatch):
     data = torch.randn(300, 3, generator=torch.Generator().manual_seed(0))
     train = DiffusionTrainConfig(steps=20, batch_size=32)
+    state = torch.get_rng_state()
     first, path = load_or_fit_diffusion(data, "resmlp", TINY, EDMConfig(steps=4), train, cache_dir=tmp_path,
                                         progress=False)
     assert path.is_file() and path.parent == tmp_path
+    load_or_fit_diffusion(data, "resmlp", TINY, EDMConfig(steps=4), train, cache_dir=tmp_path, progress=False)
+    assert torch.equal(torch.get_rng_state(), state)  # fitting and loading leave the caller's random state
 
     def no_fit(*args, **kwargs):
         raise AssertionError("fitted again")
@@ -202,3 +205,16 @@ def test_bad_settings_are_refused_in_one_line(make, setting):
         make()
     message = str(error.value)
     assert setting in message and "\n" not in message
+
+
+def test_fit_and_sample_on_the_device(device, tmp_path):
+    data = torch.randn(200, 3, generator=torch.Generator().manual_seed(0))
+    train = DiffusionTrainConfig(steps=12, batch_size=32)
+    model, _ = load_or_fit_diffusion(data, "resmlp", TINY, EDMConfig(steps=4), train, cache_dir=tmp_path, device=device,
+                                     progress=False)
+    samples = model.sample(7, torch.Generator(device=device).manual_seed(0), batch_size=4)
+    assert samples.device.type == device and samples.shape == (7, 3) and torch.isfinite(samples).all()
+    guidance = Guidance.from_log_prob(lambda x: x[:, 0], scale=1.0, normalize=True, denoised=True,
+                                      mask=torch.tensor([1.0, 0.0, 0.0]))
+    guided = model.sample(7, torch.Generator(device=device).manual_seed(0), guidance=guidance, batch_size=4)
+    assert guided.device.type == device and torch.isfinite(guided).all()

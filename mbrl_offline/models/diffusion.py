@@ -555,10 +555,12 @@ def load_or_fit_diffusion(data: Tensor, denoiser_kind: str = "resmlp", denoiser_
     The key is ``fingerprint`` (default: a hash of ``data``; pass e.g. the dataset's fingerprint plus how
     the rows were made) and the settings that shape the weights: the denoiser, the training settings,
     EDM's training fields, ``skip_dims`` and ``seed`` (the torch seed of the fit). The sampler settings
-    (steps, churn, ...) are not in the key: a cached model samples with the ``edm`` given here."""
+    (steps, churn, ...) are not in the key: a cached model samples with the ``edm`` given here. The
+    caller's torch random state is left as it was, whether the model is fitted or loaded."""
     if denoiser_kind not in DENOISERS:
         raise ConfigError(f"unknown denoiser '{denoiser_kind}'; choose one of {', '.join(DENOISERS)}.")
-    settings = {"event_shape": list(data.shape[1:]), "denoiser": denoiser_kind, "denoiser_kwargs": dict(denoiser_kwargs or {}),
+    settings = {"event_shape": list(data.shape[1:]), "denoiser": denoiser_kind,
+                "denoiser_kwargs": dict(denoiser_kwargs or {}),
                 "edm": {k: getattr(edm, k) for k in EDMConfig.TRAINING_FIELDS}, "train": asdict(train),
                 "skip_dims": list(skip_dims), "seed": seed}
 
@@ -568,10 +570,13 @@ def load_or_fit_diffusion(data: Tensor, denoiser_kind: str = "resmlp", denoiser_
         rng = torch.Generator(device=torch.device(device)).manual_seed(seed)
         return model.fit(data, train, rng, progress)
 
-    return load_or_fit("diffusion", name, fingerprint or data_fingerprint(data), settings, fit,
-                       save=lambda model, path: model.save(path),
-                       load=lambda path: DiffusionModel.load(path, map_location=device, edm=edm),
-                       cache_dir=cache_dir)
+    where = torch.device(device)
+    cuda = [where.index if where.index is not None else torch.cuda.current_device()] if where.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        return load_or_fit("diffusion", name, fingerprint or data_fingerprint(data), settings, fit,
+                           save=lambda model, path: model.save(path),
+                           load=lambda path: DiffusionModel.load(path, map_location=device, edm=edm),
+                           cache_dir=cache_dir)
 
 
 __all__ = ["DENOISERS", "DiffusionModel", "DiffusionTrainConfig", "EDMConfig", "ElucidatedDiffusion", "Guidance",
