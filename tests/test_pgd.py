@@ -286,3 +286,39 @@ def test_td3bc_and_ravl_train_on_pgd_data(pendulum, fitted, tmp_path):
     guidance = policy_guidance(ravl.policy, fitted.rows, fitted.model.normalizer, fitted.config.guidance)
     rows = fitted.sample_trajectories(8, guidance, torch.Generator().manual_seed(0))
     assert torch.isfinite(rows).all()
+
+
+def test_train_epochs_count_whole_passes_over_the_windows(pendulum, tmp_path):
+    from mbrl_offline.data.windows import dataset_windows
+    from mbrl_offline.generators.pgd import PGDGenerator
+
+    generator = PGDGenerator.for_dataset(tiny_pgd(train_epochs=2), pendulum, cache_dir=tmp_path, progress=False)
+    windows = len(dataset_windows(pendulum, 16, 8))
+    assert generator.model.train_log[-1]["step"] == 2 * (windows // 32)
+
+
+def test_an_interrupted_pgd_run_resumes_exactly(pendulum, pgd_cache, tmp_path):
+    """Two epochs in one go, and one epoch then a resume for the second, give the same agent and
+    synthetic data: the generation count (the first generation is unguided) is in the checkpoint."""
+    import dataclasses
+
+    from mbrl_offline import build_run
+    from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.trainer import TrainerConfig
+
+    config = dataclasses.replace(tiny_pgd(), every=15, trajectories=8)
+    agent_config = dataclasses.replace(ALGORITHMS["td3bc"][1](), hidden_size=16, batch_size=32)
+
+    def run(folder, epochs, resume=False):
+        settings = TrainerConfig(epochs=epochs, updates_per_epoch=10, eval_episodes=1, run_dir=str(tmp_path / folder),
+                                 progress=False, tensorboard=False)
+        trainer = build_run("td3bc", pendulum, agent_config, config, settings, cache_dir=pgd_cache)
+        trainer.train(resume=resume)
+        return trainer
+
+    straight = run("straight", 2)
+    run("resumed", 1)
+    resumed = run("resumed", 2, resume=True)
+    assert straight.generator.generations == resumed.generator.generations == 2
+    for a, b in zip(straight.agent.state_dict()["actor"].values(), resumed.agent.state_dict()["actor"].values()):
+        assert torch.equal(a, b)

@@ -61,6 +61,7 @@ alone is unguided trajectory diffusion; set it (``generator.guidance.scale=...``
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -145,6 +146,9 @@ class PGDGeneratorConfig:
     unet: UNetConfig = field(default_factory=UNetConfig)  # the denoiser
     edm: EDMConfig = field(default_factory=_pgd_edm)  # EDM's constants and the sampler (steps, euler_from)
     train: DiffusionTrainConfig = field(default_factory=_pgd_train)  # fitting the diffusion model
+    # Passes over the training windows (official num_epochs 10,000: ~39M steps on hopper-medium); when
+    # set, it replaces train.steps by epochs x (windows // batch size). null: train.steps.
+    train_epochs: Optional[int] = None
     seed: int = 0  # torch seed of the fit (part of the cache key)
     guidance: PGDGuidanceConfig = field(default_factory=PGDGuidanceConfig)
     length: int = 129  # rows per generated trajectory: length - 1 transitions (official num_rollout_steps + 1 = 129)
@@ -158,7 +162,7 @@ class PGDGeneratorConfig:
             raise ConfigError(f"a PGDGeneratorConfig has kind 'pgd', not '{self.kind}'.")
         if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
             raise ConfigError(f"generator.every must be >= 0 (0: generate once), got {self.every}.")
-        require_positive(self, "window", "stride", "trajectories", "sample_batch", section="generator")
+        require_positive(self, "window", "stride", "trajectories", "sample_batch", "train_epochs", section="generator")
         if not isinstance(self.length, int) or isinstance(self.length, bool) or self.length < 2:
             raise ConfigError(f"generator.length must be at least 2 rows (one transition), got {self.length}.")
         for name, rows in (("window", self.window), ("length", self.length)):
@@ -318,7 +322,11 @@ class PGDGenerator:
         else:
             data = training_windows(dataset, rows, config.window, config.stride)
             fingerprint = f"{dataset.fingerprint()}-{ROWS_VERSION}-w{config.window}-s{config.stride}"
-            model, _ = load_or_fit_diffusion(data, "unet", _unet_kwargs(config.unet), config.edm, config.train,
+            train = config.train
+            if config.train_epochs is not None:  # the official loop: whole passes of len(windows) // batch steps
+                per_epoch = max(1, len(data) // train.batch_for(len(data)))
+                train = dataclasses.replace(train, steps=config.train_epochs * per_epoch)
+            model, _ = load_or_fit_diffusion(data, "unet", _unet_kwargs(config.unet), config.edm, train,
                                              cache_dir, fingerprint, name=f"pgd-{dataset.env_name}", seed=config.seed,
                                              device=device, progress=progress)
         return cls(model.to(torch.device(device)), rows.to(torch.device(device)), config)
