@@ -116,6 +116,14 @@ def test_guidance_scale_zero_is_unguided_bit_for_bit():
     assert torch.equal(plain, guided)
 
 
+def test_guidance_grad_may_use_autograd_directly():
+    def grad(x):  # a hand-written gradient function, called inside the no-grad sampler
+        x = x.requires_grad_(True)
+        return torch.autograd.grad((2 * x[:, 0]).sum(), x)[0]
+    x = tiny_diffusion(steps=4).sample((8, 2), torch.Generator().manual_seed(0), guidance=Guidance(grad, scale=1.0))
+    assert torch.isfinite(x).all() and not x.requires_grad
+
+
 @pytest.mark.parametrize("options", [{}, {"normalize": True}, {"denoised": True}])
 def test_guidance_moves_samples_toward_the_target(options):
     """log p(x) = 3 x_0 (a push along +x_0 only); the mask keeps x_1 where it was."""

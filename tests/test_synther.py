@@ -108,3 +108,31 @@ def test_bad_settings_are_refused_in_one_line(settings, message):
     with pytest.raises(ConfigError) as error:
         config_to_dataclass(SyntherGeneratorConfig, {"kind": "synther", **settings}, "generator")
     assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_an_interrupted_synther_run_resumes_exactly(data, cache, tmp_path):
+    class Interrupt(Exception):
+        pass
+
+    class StopAfterEpoch1:
+        def on_eval(self, trainer, epoch, result):
+            if epoch == 1:
+                raise Interrupt
+
+    _, config_cls = ALGORITHMS["iql"]
+    algo = dataclasses.replace(config_cls(), hidden_size=16, batch_size=32)
+
+    def run(folder, callbacks=()):
+        settings = TrainerConfig(epochs=2, updates_per_epoch=5, eval_every=1, eval_episodes=1, checkpoint_every=1,
+                                 run_dir=str(tmp_path / folder), progress=False, tensorboard=False)
+        return build_run("iql", data, algo, TINY, settings, cache_dir=cache, callbacks=list(callbacks))
+
+    straight = run("straight")
+    straight.train()
+    with pytest.raises(Interrupt):
+        run("resumed", [StopAfterEpoch1()]).train()
+    resumed = run("resumed")
+    resumed.train(resume=True)
+    for a, b in zip(straight.agent.actor.state_dict().values(), resumed.agent.actor.state_dict().values()):
+        assert torch.equal(a, b)
+    assert [h["normalized_score"] for h in straight.history] == [h["normalized_score"] for h in resumed.history]

@@ -8,7 +8,7 @@ The parts, each usable alone:
 * `EDMConfig`: EDM's constants (training noise distribution, preconditioning, sampler schedule);
 * `ElucidatedDiffusion`: a raw network ``F(x, c_noise)`` wrapped in EDM's preconditioning
   (`ElucidatedDiffusion.denoise` is EDM's D), its training `loss`, its noise schedule (`sigmas`) and
-  its stochastic Heun `sample`\\ r, optionally guided (`Guidance`);
+  its stochastic Heun sampler (`sample`), optionally guided (`Guidance`);
 * `Normalizer`: per-dimension z-scoring of the last axis (SynthER's ``standard`` normaliser);
 * `ResidualMLPDenoiser`: SynthER's denoiser; `DENOISERS` names the denoisers by kind (``resmlp``, and PGD's
   ``unet``, `mbrl_offline.models.unet.TemporalUNet`);
@@ -164,7 +164,8 @@ class Guidance:
     Before denoising step k of N (none at the last), x moves by ``lambda_k * g`` with
     ``lambda_k = scale * ((1 - k / N) + cosine_coeff * sin(pi (k + 1) / N))`` (`guidance_weights`) and
     ``g = grad(x)``, the gradient of the summed target log-likelihood with respect to x (normalised space;
-    PGD: the policy's log-likelihood of the action channels, zero elsewhere).
+    PGD: the policy's log-likelihood of the action channels, zero elsewhere). ``grad`` runs with autograd
+    enabled; `Guidance.from_log_prob` builds it from a log-likelihood function.
 
     * ``normalize``: ``g / ||g|| + 1e-8`` per sample, the norm over all of a sample's entries (PGD: the
       Frobenius norm of one trajectory's action block; its 1e-8 is added after the division);
@@ -297,8 +298,9 @@ class ElucidatedDiffusion(nn.Module):
 
     def _guide(self, x: Tensor, sigma: float, weight: float, guidance: Guidance) -> Tensor:
         """x moved by ``weight * g`` (see `Guidance`)."""
-        at = self.denoise(x, sigma) if guidance.denoised else x
-        g = guidance.grad(at.detach())
+        at = self.denoise(x, sigma) if guidance.denoised else x  # no gradient through the denoiser
+        with torch.enable_grad():  # grad may use autograd (the sampler runs under no_grad)
+            g = guidance.grad(at.detach()).detach()
         if tuple(g.shape) != tuple(x.shape):
             raise InputError(f"Guidance.grad returned shape {tuple(g.shape)} for x of shape {tuple(x.shape)}.")
         if guidance.normalize:
@@ -496,17 +498,23 @@ class DiffusionModel(nn.Module):
         return self
 
     def sample(self, n: int, generator: Optional[torch.Generator] = None, guidance: Optional[Guidance] = None,
-               steps: Optional[int] = None, batch_size: Optional[int] = None) -> Tensor:
+               steps: Optional[int] = None, batch_size: Optional[int] = None,
+               event_shape: Optional[Sequence[int]] = None) -> Tensor:
         """``n`` samples (n, *event_shape) in the data's units, drawn ``batch_size`` at a time (default all).
-        ``guidance`` works in normalised space (`normalizer` maps between the two)."""
+        ``guidance`` works in normalised space (`normalizer` maps between the two). ``event_shape``: another
+        shape the denoiser accepts, with the same last axis (a convolutional denoiser takes windows of any
+        length: PGD generates 129 rows from a model trained on 32); default the training shape."""
         device = next(self.parameters()).device
+        event_shape = tuple(event_shape or self.event_shape)
+        if event_shape[-1] != self.event_shape[-1]:
+            raise InputError(f"event_shape {event_shape} must end in the model's {self.event_shape[-1]} features.")
         batch_size = batch_size or n
         parts = []
         for start in range(0, n, batch_size):
             count = min(batch_size, n - start)
-            x = self.diffusion.sample((count, *self.event_shape), generator, guidance=guidance, steps=steps)
+            x = self.diffusion.sample((count, *event_shape), generator, guidance=guidance, steps=steps)
             parts.append(self.normalizer.unnormalize(x))
-        return torch.cat(parts) if parts else torch.zeros((0, *self.event_shape), device=device)
+        return torch.cat(parts) if parts else torch.zeros((0, *event_shape), device=device)
 
     def save(self, path: str | Path) -> Path:
         save_plain({"event_shape": list(self.event_shape), "denoiser": self.denoiser_kind,
