@@ -322,3 +322,26 @@ def test_an_interrupted_pgd_run_resumes_exactly(pendulum, pgd_cache, tmp_path):
     assert straight.generator.generations == resumed.generator.generations == 2
     for a, b in zip(straight.agent.state_dict()["actor"].values(), resumed.agent.state_dict()["actor"].values()):
         assert torch.equal(a, b)
+
+
+def test_hopper_windows_end_at_terminals_and_short_episodes_are_refused(hopper_data):
+    """Random hopper episodes (at most 25 rows, terminals and timeouts): 32-row windows are refused in
+    one line through the generator; 8-row windows carry a terminal only in their last row, and every
+    terminal of an episode of 8 rows or more ends one, unless it is also a timeout (the official code
+    removes every window ending in a timeout; row 74 of this data is both)."""
+    from mbrl_offline import build_run
+    from mbrl_offline.generators.pgd import PGDGeneratorConfig, TrajectoryRows, training_windows
+
+    with pytest.raises(ConfigError) as error:
+        build_run("td3bc", hopper_data, generator_config=PGDGeneratorConfig())
+    assert str(error.value).startswith("generator=pgd: hopper-random-rollout has no window of 32 rows inside one "
+                                       "episode (its longest episode has ")
+    rows = TrajectoryRows(hopper_data.obs_dim, hopper_data.act_dim, -np.ones(3), np.ones(3))
+    windows = training_windows(hopper_data, rows, 8, 8)
+    done = windows[..., rows.done]
+    assert set(done.unique().tolist()) <= {0.0, 1.0} and not done[:, :-1].any()
+    ends = np.flatnonzero(hopper_data.episode_ends)
+    lengths = np.diff(np.concatenate([[-1], ends]))
+    long_terminals = sum(bool(hopper_data.terminals[e] and not hopper_data.timeouts[e]) and n >= 8
+                         for e, n in zip(ends, lengths))
+    assert long_terminals > 0 and done[:, -1].sum() == long_terminals

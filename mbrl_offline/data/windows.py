@@ -9,7 +9,8 @@ data of sequence models (policy-guided diffusion's trajectory windows, `mbrl_off
 * of those valid starts, every ``stride``-th (counted along the list of valid starts, as the official
   ``valid_start_idxs[::stride]``) is taken, plus every valid window that starts an episode and every
   valid window whose last row is a terminal (so episode starts and terminations are all seen);
-* windows whose last row is a timeout are removed (the time limit is not part of the dynamics).
+* windows whose last row is a timeout are removed (the time limit is not part of the dynamics), also
+  when that row is a terminal too (the removal comes last in the official code as well).
 
 The one difference from the official code: it drops the dataset's very last row (its s' comes from
 the next row), so its last episode has no end flag; here that row is kept and flagged a timeout by
