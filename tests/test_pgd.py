@@ -258,8 +258,9 @@ def test_guidance_with_a_policy_without_log_prob_is_refused_in_one_line(fitted):
 
 
 def test_td3bc_and_ravl_train_on_pgd_data(pendulum, fitted, tmp_path):
-    """td3bc with generator=pgd runs to a normalised score; ravl (the SAC family) composes with it and
-    its policy's log-probability guides the sampler."""
+    """td3bc with generator=pgd runs to a normalised score; ravl (the SAC family) and iql compose with it
+    and their policies' log-probabilities guide the sampler; MOBILE (whose penalty needs a dynamics
+    model) is refused in one line."""
     import dataclasses
 
     from mbrl_offline import build_run
@@ -280,12 +281,16 @@ def test_td3bc_and_ravl_train_on_pgd_data(pendulum, fitted, tmp_path):
     logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert logged[-1]["rollout"]["guidance_scale"] == 0.1  # the second generation (update 10) was guided
 
-    ravl_cls, ravl_config = ALGORITHMS["ravl"]
-    check_pair(ravl_cls, config)
-    ravl = ravl_cls.for_dataset(pendulum, dataclasses.replace(ravl_config(), hidden_size=16))
-    guidance = policy_guidance(ravl.policy, fitted.rows, fitted.model.normalizer, fitted.config.guidance)
-    rows = fitted.sample_trajectories(8, guidance, torch.Generator().manual_seed(0))
-    assert torch.isfinite(rows).all()
+    for name in ("ravl", "iql"):  # the SAC family's tanh-Gaussian and IQL's Gaussian guide too
+        cls, agent_config = ALGORITHMS[name]
+        check_pair(cls, config)
+        agent = cls.for_dataset(pendulum, dataclasses.replace(agent_config(), hidden_size=16))
+        guidance = policy_guidance(agent.policy, fitted.rows, fitted.model.normalizer, fitted.config.guidance)
+        assert torch.isfinite(guidance.grad(torch.randn(4, 16, fitted.rows.channels))).all()
+        rows = fitted.sample_trajectories(8, guidance, torch.Generator().manual_seed(0))
+        assert torch.isfinite(rows).all()
+    with pytest.raises(ConfigError, match="needs the generator's dynamics model, and generator 'pgd' has none"):
+        check_pair(ALGORITHMS["mobile"][0], config)
 
 
 def test_train_epochs_count_whole_passes_over_the_windows(pendulum, tmp_path):

@@ -37,6 +37,9 @@ Deviations from the official code, and why:
 * actions are mapped to [−1, 1] by the env's action box before the arctanh (and back after the tanh):
   the official code assumes D4RL's [−1, 1] actions; the map is the identity there and lets
   pendulum's [−2, 2] work;
+* the policy's density is the agent's own ``log_prob`` in the env's action units; for TD3+BC's
+  N(μ(s), I) that equals the official unit-variance density only where the action box is [−1, 1]
+  (on pendulum's [−2, 2] the official, working in [−1, 1], would be N(μ, 4 I) in env units);
 * the z-scoring uses the core's `Normalizer` (unbiased std + 1e-5; the official: biased std, a
   zero std replaced by 1); the only visible difference is for a constant channel (no terminals in
   the data), which decodes to its constant here;
