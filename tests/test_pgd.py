@@ -3,6 +3,7 @@ encoding, policy guidance of the sampler, the generation schedule, and compositi
 
 Everything runs at tiny sizes (a U-Net of base 16, a few hundred fitting steps) on the bundled
 pendulum data; the guidance test fits a small model so that guidance has to work against a prior."""
+import copy
 import json
 import math
 
@@ -309,6 +310,8 @@ def test_an_interrupted_pgd_run_resumes_exactly(pendulum, pgd_cache, tmp_path):
 
     from mbrl_offline import build_run
     from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.errors import CheckpointError
+    from mbrl_offline.generators.pgd import PGDGenerator
     from mbrl_offline.trainer import TrainerConfig
 
     config = dataclasses.replace(tiny_pgd(), every=15, trajectories=8)
@@ -327,6 +330,15 @@ def test_an_interrupted_pgd_run_resumes_exactly(pendulum, pgd_cache, tmp_path):
     assert straight.generator.generations == resumed.generator.generations == 2
     for a, b in zip(straight.agent.state_dict()["actor"].values(), resumed.agent.state_dict()["actor"].values()):
         assert torch.equal(a, b)
+    # a checkpoint holds the model's fingerprint, not its weights; another model is refused in one line
+    generator = straight.generator
+    state = generator.state_dict()
+    assert set(state) == {"generations", "model_fingerprint"}
+    changed = PGDGenerator(copy.deepcopy(generator.model), generator.rows, generator.config)
+    with torch.no_grad():
+        next(changed.model.parameters()).add_(1.0)
+    with pytest.raises(CheckpointError, match="another PGD diffusion model"):
+        changed.load_state_dict(state)
 
 
 def test_hopper_windows_end_at_terminals_and_short_episodes_are_refused(hopper_data):

@@ -65,6 +65,7 @@ alone is unguided trajectory diffusion; set it (``generator.guidance.scale=...``
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
@@ -77,7 +78,7 @@ from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.config import require_in_range, require_positive
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.data.windows import dataset_windows, gather_windows
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.errors import CheckpointError, ConfigError
 from mbrl_offline.models.diffusion import (DiffusionModel, DiffusionTrainConfig, EDMConfig, Guidance,
                                            load_or_fit_diffusion)
 from mbrl_offline.roles import Policy
@@ -296,6 +297,7 @@ class PGDGenerator:
     def __init__(self, model: DiffusionModel, rows: TrajectoryRows, config: PGDGeneratorConfig = PGDGeneratorConfig()):
         self.model, self.rows, self.config = model, rows, config
         self.generations = 0  # generations made so far: the first one is unguided
+        self._fingerprint: Optional[str] = None
 
     @property
     def buffer_capacity(self) -> int:
@@ -377,12 +379,27 @@ class PGDGenerator:
                 stats["policy_log_prob_mean"] = policy.log_prob(batch["observations"], batch["actions"]).mean().item()
         return batch, stats
 
+    @property
+    def model_fingerprint(self) -> str:
+        """A hash of the diffusion model's weights (computed once: they never change during a run)."""
+        if self._fingerprint is None:
+            digest = hashlib.sha256()
+            for key, value in self.model.state_dict().items():
+                digest.update(key.encode())
+                digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+            self._fingerprint = digest.hexdigest()[:20]
+        return self._fingerprint
+
     def state_dict(self) -> dict:
-        return {"generations": self.generations, "model": self.model.state_dict()}
+        """The generation count and the model's fingerprint. The weights themselves are not saved: they
+        come from the cache or ``dynamics_path`` again (0.7 GB at the paper's size, in every checkpoint)."""
+        return {"generations": self.generations, "model_fingerprint": self.model_fingerprint}
 
     def load_state_dict(self, state: dict) -> None:
+        if state["model_fingerprint"] != self.model_fingerprint:
+            raise CheckpointError("the checkpoint was trained with another PGD diffusion model (its weights differ "
+                                  "from the cached or given one); resume with the model it used (dynamics_path=).")
         self.generations = int(state["generations"])
-        self.model.load_state_dict(state["model"])
 
 
 def _unet_kwargs(config: UNetConfig) -> dict:
