@@ -253,7 +253,8 @@ def require_log_prob(policy, rows: TrajectoryRows, where: str = "guidance") -> N
     if problem is None:
         device = rows.centre.device
         try:
-            log_prob(torch.zeros(1, rows.obs_dim, device=device), rows.centre[None].clone())
+            with torch.no_grad():
+                log_prob(torch.zeros(1, rows.obs_dim, device=device), rows.centre[None].clone())
         except (TypeError, NotImplementedError, AttributeError) as error:
             problem = f"has no log-probability ({error})"
     if problem is not None:
