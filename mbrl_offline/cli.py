@@ -179,13 +179,15 @@ def resolve_train_config(cfg):
     check_pair(agent_cls, gen_config)
     trainer_config = config_to_dataclass(TrainerConfig, cfg.trainer, "trainer")
     check_writable_dir(trainer_config.run_dir, "trainer.run_dir")
-    if getattr(gen_config, "dynamics", None) is not None and not getattr(gen_config, "true_dynamics", False) \
-            and not cfg.get("dynamics_path"):  # a model will be fitted and cached: its folder must take it
+    learned_dynamics = (getattr(gen_config, "dynamics", None) is not None
+                        and not getattr(gen_config, "true_dynamics", False))
+    diffusion = getattr(gen_config, "edm", None) is not None  # the diffusion generators
+    if (learned_dynamics or diffusion) and not cfg.get("dynamics_path"):  # a model will be fitted and cached
         from mbrl_offline.cache import cache_root
 
         # (a read-only cache may still hold the model: only a path that can never be a folder is refused)
-        check_writable_dir(cfg.get("dynamics_cache") or cache_root() / "dynamics", "dynamics_cache",
-                           permissions=False)
+        check_writable_dir(cfg.get("dynamics_cache") or cache_root() / ("diffusion" if diffusion else "dynamics"),
+                           "dynamics_cache", permissions=False)
     return agent_cls, algo_config, gen_config, trainer_config, env
 
 
