@@ -151,7 +151,8 @@ class PGDGeneratorConfig:
     edm: EDMConfig = field(default_factory=_pgd_edm)  # EDM's constants and the sampler (steps, euler_from)
     train: DiffusionTrainConfig = field(default_factory=_pgd_train)  # fitting the diffusion model
     # Passes over the training windows (official num_epochs 10,000: ~39M steps on hopper-medium); when
-    # set, it replaces train.steps by epochs x (windows // batch size). null: train.steps.
+    # set, it replaces train.steps by epochs x (windows // batch size). null: train.steps. budget=paper
+    # sets 10,000: there, generator.train_epochs=null lets generator.train.steps count.
     train_epochs: Optional[int] = None
     seed: int = 0  # torch seed of the fit (part of the cache key)
     guidance: PGDGuidanceConfig = field(default_factory=PGDGuidanceConfig)
