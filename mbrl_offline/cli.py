@@ -178,13 +178,15 @@ def resolve_train_config(cfg):
     check_pair(agent_cls, gen_config)
     trainer_config = config_to_dataclass(TrainerConfig, cfg.trainer, "trainer")
     check_writable_dir(trainer_config.run_dir, "trainer.run_dir")
-    if getattr(gen_config, "dynamics", None) is not None and not getattr(gen_config, "true_dynamics", False) \
-            and not cfg.get("dynamics_path"):  # a model will be fitted and cached: its folder must take it
+    learned_dynamics = (getattr(gen_config, "dynamics", None) is not None
+                        and not getattr(gen_config, "true_dynamics", False))
+    diffusion = getattr(gen_config, "edm", None) is not None  # the diffusion generators
+    if (learned_dynamics or diffusion) and not cfg.get("dynamics_path"):  # a model will be fitted and cached
         from mbrl_offline.cache import cache_root
 
         # (a read-only cache may still hold the model: only a path that can never be a folder is refused)
-        check_writable_dir(cfg.get("dynamics_cache") or cache_root() / "dynamics", "dynamics_cache",
-                           permissions=False)
+        check_writable_dir(cfg.get("dynamics_cache") or cache_root() / ("diffusion" if diffusion else "dynamics"),
+                           "dynamics_cache", permissions=False)
     return agent_cls, algo_config, gen_config, trainer_config, env
 
 
@@ -281,9 +283,13 @@ SETTING_DOCS = {
     "algo": "the fields of the algorithm's config dataclass (mbrl_offline/algorithms/<name>.py: RAVLConfig, "
             "MOPOConfig, MOBILEConfig, COPlannerConfig, TD3BCConfig, IQLConfig)",
     "generator": "the fields of RolloutGeneratorConfig (mbrl_offline/generators/rollouts.py: generator.rollout.*, "
-                 "generator.dynamics.*, generator.mixing.*, generator.every); generator=none has only "
-                 "NoGeneratorConfig's (mbrl_offline/generators/__init__.py); generator=<algo> starts from that "
-                 "algorithm's published generator",
+                 "generator.dynamics.*, generator.mixing.*, generator.every); generator=synther has "
+                 "SyntherGeneratorConfig's (mbrl_offline/generators/synther.py: generator.denoiser.*, "
+                 "generator.edm.*, generator.train.*, generator.samples, generator.mixing.*); generator=pgd has "
+                 "PGDGeneratorConfig's (mbrl_offline/generators/pgd.py: generator.unet.*, generator.edm.*, "
+                 "generator.train.*, generator.guidance.*); generator=none has only NoGeneratorConfig's "
+                 "(mbrl_offline/generators/__init__.py); generator=<algo> starts from that algorithm's published "
+                 "generator",
     "trainer": "the fields of TrainerConfig (mbrl_offline/trainer.py)",
     "env": "env.name and env.dataset (a bundled name, D4RL .hdf5 file or Minari id; null: the env's default), "
            "configs/env/<name>.yaml; the env registry is mbrl_offline/data/envs.py",

@@ -1,5 +1,6 @@
 """Synthetic-experience producers (the generator role, `mbrl_offline.roles.Generator`) built on
-`mbrl_offline.models`, and the registry the configs name them by (``generator=rollouts``).
+`mbrl_offline.models`, and the registry the configs name them by (``generator=rollouts``,
+``generator=synther``).
 
 A generator's ``generate(policy, real, rng)`` returns rows in the buffer's format
 (`mbrl_offline.buffer.TRANSITION_FIELDS`) and a dict of statistics to log; its ``config`` holds the
@@ -16,8 +17,10 @@ import torch
 
 from mbrl_offline.config import config_to_dataclass, did_you_mean
 from mbrl_offline.errors import ConfigError
+from mbrl_offline.generators.pgd import PGDGenerator, PGDGeneratorConfig, PGDGuidanceConfig, UNetConfig
 from mbrl_offline.generators.rollouts import (BranchedRollouts, RolloutConfig, RolloutGenerator,
                                               RolloutGeneratorConfig)
+from mbrl_offline.generators.synther import SyntherGenerator, SyntherGeneratorConfig
 from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
 
 
@@ -33,7 +36,8 @@ class NoGeneratorConfig:
 
 
 # kind -> (config class, generator class or None); the kind is the config's ``kind`` field
-GENERATORS = {"none": (NoGeneratorConfig, None), "rollouts": (RolloutGeneratorConfig, RolloutGenerator)}
+GENERATORS = {"none": (NoGeneratorConfig, None), "rollouts": (RolloutGeneratorConfig, RolloutGenerator),
+              "synther": (SyntherGeneratorConfig, SyntherGenerator), "pgd": (PGDGeneratorConfig, PGDGenerator)}
 
 
 def generator_config(settings: dict):
@@ -58,5 +62,6 @@ def build_generator(config, dataset, device: str | torch.device = "cpu", cache_d
     return generator_cls.for_dataset(config, dataset, device, cache_dir, model_path, progress)
 
 
-__all__ = ["BranchedRollouts", "GENERATORS", "NoGeneratorConfig", "RolloutConfig", "RolloutGenerator",
-           "RolloutGeneratorConfig", "UPMPCConfig", "build_generator", "generator_config", "upmpc_actions"]
+__all__ = ["BranchedRollouts", "GENERATORS", "NoGeneratorConfig", "PGDGenerator", "PGDGeneratorConfig",
+           "PGDGuidanceConfig", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig", "SyntherGenerator",
+           "SyntherGeneratorConfig", "UNetConfig", "UPMPCConfig", "build_generator", "generator_config", "upmpc_actions"]
