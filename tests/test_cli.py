@@ -81,3 +81,22 @@ def test_vs_official_without_a_checkout_says_what_to_clone(tmp_path):
     assert done.stderr.strip().splitlines() == [
         f"error: {tmp_path} is not a checkout of anyasims/edge-of-reach (no agent_training/agent.py). "
         "Clone it and pass its path with --edge-of-reach."]
+
+
+def test_vs_synther_without_a_checkout_says_what_to_clone(tmp_path):
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "vs_synther.py"), "--synther", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode != 0
+    assert done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        f"error: {tmp_path} is not a checkout of conglu1997/SynthER (no synther/diffusion/elucidated_diffusion.py). "
+        "Clone it outside this repository and pass its path with --synther."]
+
+
+def test_diffusion_benchmark_runs_in_its_smoke_mode():
+    # tiny models and calls: the script's code paths, not its rates
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "diffusion.py"), "--smoke", "--threads", "1",
+                           "--repeats", "1"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| synther") or line.startswith("| pgd")]
+    assert len(rows) == 4 and all(line.count("|") == 7 for line in rows)
