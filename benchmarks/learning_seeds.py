@@ -65,7 +65,7 @@ def main() -> None:
         parser.error("seeds must be >= 0, --threads and --jobs at least 1")
 
     with tempfile.TemporaryDirectory() as cache_dir:
-        if any(cases.CASES[name][1]()[1].kind != "none" for name in args.agents):
+        if any(cases.uses_dynamics(name) for name in args.agents):
             import torch
 
             from mbrl_offline import load_dataset
