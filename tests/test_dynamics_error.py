@@ -70,9 +70,10 @@ def test_table_and_figure(tool, tmp_path):
                for i, name in enumerate(tool.METHODS)}
     lines = tool.markdown_table(results).splitlines()
     assert lines[0] == ("| method | error t=1 | error t=2 | error t=4 | error t=8 | error t=10 | error mean | "
-                        "log π mean |")
-    assert len(lines) == 2 + len(tool.METHODS) and all(line.count("|") == 9 for line in lines)
-    assert lines[3] == "| unguided diffusion | 2.0000 | 4.0000 | 8.0000 | 16.0000 | 20.0000 | 11.0000 | -1.000 |"
+                        "error mean t≥2 | log π mean |")
+    assert len(lines) == 2 + len(tool.METHODS) and all(line.count("|") == 10 for line in lines)
+    assert lines[3] == ("| unguided diffusion | 2.0000 | 4.0000 | 8.0000 | 16.0000 | 20.0000 | 11.0000 | 12.0000 | "
+                        "-1.000 |")
     path = tool.plot_errors(results, tmp_path / "errors.png", "title")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
