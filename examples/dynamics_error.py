@@ -1,4 +1,5 @@
-"""PGD's claim, measured: the one-step dynamics error and the target policy's likelihood of policy-guided diffusion trajectories, unguided diffusion and dynamics-ensemble rollouts.
+"""PGD's claim, measured: one-step dynamics error and target-policy likelihood of policy-guided
+diffusion, unguided diffusion and dynamics-ensemble rollouts from the same start states.
 
     python examples/dynamics_error.py                          # pendulum-medium, TD3+BC trained here
     python examples/dynamics_error.py env=hopper starts=128 scale=0.3 out=hopper_error.png

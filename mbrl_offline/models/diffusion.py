@@ -634,5 +634,5 @@ def load_or_fit_diffusion(data: Tensor, denoiser_kind: str = "resmlp", denoiser_
 
 
 __all__ = ["DENOISERS", "DiffusionModel", "DiffusionTrainConfig", "EDMConfig", "ElucidatedDiffusion", "Guidance",
-           "KnownEntries", "Normalizer", "ResidualMLPConfig", "ResidualMLPDenoiser", "data_fingerprint", "fit_diffusion",
-           "guidance_weights", "load_or_fit_diffusion"]
+           "KnownEntries", "Normalizer", "ResidualMLPConfig", "ResidualMLPDenoiser", "data_fingerprint",
+           "fit_diffusion", "guidance_weights", "load_or_fit_diffusion"]
