@@ -180,7 +180,7 @@ def plot_errors(results: dict, path, title: str = "") -> Path:
     import matplotlib.pyplot as plt
     import torch
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=100)
+    fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=100)
     for name, r in results.items():
         error = r["error"].detach().cpu().double()
         positions = range(1, error.shape[1] + 1)
@@ -189,8 +189,8 @@ def plot_errors(results: dict, path, title: str = "") -> Path:
         ax.fill_between(positions, low, high, alpha=0.15)
     ax.set_yscale("log")
     ax.set_xlabel("position t in the trajectory")
-    ax.set_ylabel("one-step error ‖s_{t+1} − f(s_t, a_t)‖ (mean; band 25-75 %)")
-    ax.set_title(title, fontsize=9)
+    ax.set_ylabel("one-step error ‖s′ − f(s, a)‖")
+    ax.set_title(f"{title}\nmean over the trajectories, band: 25-75 %" if title else "mean, band: 25-75 %", fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
