@@ -140,3 +140,26 @@ def test_an_output_folder_that_cannot_be_made_is_refused(tmp_path, monkeypatch, 
     assert status == 2 and err.startswith(f"error: out={tmp_path / 'file'} is a file"), err
     status, out, err = run_in_process("dynamics_error", [f"out={tmp_path}"], monkeypatch, capsys)
     assert status == 2 and err.startswith("error: out = "), err
+
+
+def test_a_checkpoints_policy_is_the_target(tmp_path, monkeypatch, capsys, tool):
+    """``checkpoint=``: a trained run's policy is the target (no TD3+BC trained here); a policy for another
+    env is refused in one line."""
+    from test_tools_cli import run_script
+    from test_train_cli import RUN_TINY
+
+    run_dir = tmp_path / "run"
+    trained = run_script("train", "algo=td3bc", *RUN_TINY, f"trainer.run_dir={run_dir}", tmp_path=tmp_path)
+    assert trained.returncode == 0, trained.stderr
+    monkeypatch.setenv("MBRL_OFFLINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["dynamics_error.py"])
+    torch.set_num_threads(1)
+    tool.main([*TINY, f"checkpoint={run_dir / 'checkpoint.pt'}", "out=error.png"])
+    out = capsys.readouterr().out
+    assert f"Target policy: td3bc from {run_dir / 'checkpoint.pt'} (epoch 2)." in out, out
+    assert len([line for line in out.splitlines() if line.startswith("| ")]) == 4
+    status, out, err = run_in_process("dynamics_error", [f"checkpoint={run_dir / 'checkpoint.pt'}", "env=hopper"],
+                                      monkeypatch, capsys)
+    assert status == 2 and err.startswith(f"error: checkpoint={run_dir / 'checkpoint.pt'} holds a pendulum policy, "
+                                          f"not one for hopper; use env=pendulum."), err
