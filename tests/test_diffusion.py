@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.diffusion import (DiffusionModel, DiffusionTrainConfig, EDMConfig, ElucidatedDiffusion,
-                                           Guidance, Normalizer, ResidualMLPDenoiser, fit_diffusion,
+                                           Guidance, KnownEntries, Normalizer, ResidualMLPDenoiser, fit_diffusion,
                                            guidance_weights, load_or_fit_diffusion)
 
 TINY = {"width": 64, "blocks": 2, "dim_t": 32}
@@ -114,6 +114,37 @@ def test_guidance_scale_zero_is_unguided_bit_for_bit():
     never = Guidance(lambda x: pytest.fail("grad called at scale 0"), scale=0.0)
     guided = model.sample((16, 2), torch.Generator().manual_seed(5), noise=noise, guidance=never)
     assert torch.equal(plain, guided)
+
+
+def test_known_entries_come_out_exactly_and_change_nothing_when_absent():
+    """Inpainting (`KnownEntries`): the masked entries are the given values; no argument, and an all-false
+    mask, give the old sampler's samples bit for bit; the known entries change the other entries (they
+    condition them) and guided sampling keeps them too."""
+    model = tiny_diffusion(d_in=6, steps=8)
+    noise = torch.randn(16, 6, generator=torch.Generator().manual_seed(3))
+    plain = model.sample((16, 6), torch.Generator().manual_seed(5), noise=noise)
+    nothing = KnownEntries(torch.zeros(6, dtype=torch.bool), torch.zeros(6))
+    assert torch.equal(plain, model.sample((16, 6), torch.Generator().manual_seed(5), noise=noise, known=nothing))
+    mask = torch.tensor([True, True, False, False, False, False])  # e.g. the state channels of a row
+    values = torch.randn(16, 6, generator=torch.Generator().manual_seed(7))
+    out = model.sample((16, 6), torch.Generator().manual_seed(5), noise=noise, known=KnownEntries(mask, values))
+    assert torch.equal(out[:, :2], values[:, :2]) and torch.isfinite(out).all()
+    assert not torch.allclose(out[:, 2:], plain[:, 2:])
+    guided = model.sample((16, 6), torch.Generator().manual_seed(5), noise=noise, known=KnownEntries(mask, values),
+                          guidance=Guidance(lambda x: torch.ones_like(x), scale=1.0))
+    assert torch.equal(guided[:, :2], values[:, :2])
+    with pytest.raises(InputError, match="do not broadcast to the samples' shape"):
+        model.sample((16, 6), known=KnownEntries(mask, torch.zeros(5, 6)))
+
+
+def test_known_entries_are_split_with_the_batches():
+    """`DiffusionModel.sample` in batches gives each batch its own samples' known values (data units back)."""
+    torch.manual_seed(0)
+    model = DiffusionModel((3,), "resmlp", TINY, EDMConfig(steps=4)).eval()
+    mask = torch.tensor([True, False, False])
+    values = torch.arange(10 * 3, dtype=torch.float32).view(10, 3)
+    out = model.sample(10, torch.Generator().manual_seed(0), batch_size=3, known=KnownEntries(mask, values))
+    assert torch.equal(out[:, 0], values[:, 0])  # the normaliser is the identity before fitting
 
 
 def test_guidance_grad_may_use_autograd_directly():

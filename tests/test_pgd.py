@@ -225,6 +225,21 @@ def test_guidance_raises_the_policys_likelihood_from_the_same_noise(fitted):
     assert g[..., act].abs().sum() > 0 and torch.count_nonzero(g) == torch.count_nonzero(g[..., act])
 
 
+def test_trajectories_start_at_given_states(fitted, pendulum):
+    """``start_observations`` hold the first row's states (data units, after the normaliser's round trip);
+    without them the samples are the unconditional ones, bit for bit."""
+    starts = torch.as_tensor(pendulum.observations[:40:5])
+    noise = torch.randn(8, 16, fitted.rows.channels, generator=torch.Generator().manual_seed(0))
+    rows = fitted.sample_trajectories(8, rng=torch.Generator().manual_seed(1), noise=noise, start_observations=starts)
+    assert torch.allclose(rows[:, 0, fitted.rows.obs], starts, atol=1e-5)
+    free = fitted.sample_trajectories(8, rng=torch.Generator().manual_seed(1), noise=noise)
+    assert torch.equal(free, fitted.sample_trajectories(8, rng=torch.Generator().manual_seed(1), noise=noise,
+                                                        start_observations=None))
+    assert not torch.allclose(free[:, 0, fitted.rows.obs], starts, atol=1e-3)
+    with pytest.raises(InputError, match="start_observations holds 8 states for 4 trajectories"):
+        fitted.sample_trajectories(4, start_observations=starts)
+
+
 def test_the_first_generation_is_unguided_and_later_ones_guided(fitted):
     from mbrl_offline.generators.pgd import PGDGenerator
 

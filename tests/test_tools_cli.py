@@ -22,7 +22,8 @@ TOOLS = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
 GROUPS = ["algo", "generator", "env", "budget", "preset"]
 # The config groups each tool's --help must list (the tools without a config take options instead).
 TOOL_GROUPS = {"train": GROUPS, "sweep": GROUPS + ["sweep"], "edge_of_reach": GROUPS, "collect": ["env"],
-               "inspect_dataset": ["env"], "evaluate": [], "report": None, "dynamics_in_pytorch": None}
+               "inspect_dataset": ["env"], "evaluate": [], "report": None, "dynamics_in_pytorch": None,
+               "dynamics_error": ["env"]}
 # File paths that Hydra's override grammar does not read as written: non-ASCII, spaces, '=', ',', brackets,
 # quotes, trailing backslashes, shell-ish characters.
 PATHS = ["/tmp/données/run", "/tmp/runs/été 1", "/tmp/my runs/x", "runs/a=b,c", "runs/a,b", "runs/x[1]{2}(3)",
@@ -122,6 +123,10 @@ def cfg_job_cases(tmp_path: Path) -> dict:
                             and c["env"]["name"] == "pendulum"),
         "report": ([path, "--out", f"{path}/report", "--cfg", "job"],
                    lambda c: c == {"paths": [path], "out": f"{path}/report"}),
+        "dynamics_error": (["env=hopper", f"out={path}.png", "starts=8", f"checkpoint={path}/checkpoint.pt", "--cfg",
+                            "job"],
+                           lambda c: c["out"] == f"{path}.png" and c["starts"] == 8 and c["env"]["name"] == "hopper"
+                           and c["checkpoint"] == f"{path}/checkpoint.pt" and c["length"] == 32),
         "dynamics_in_pytorch": (["--model", f"{path}.pt", "--cfg", "job"],
                                 lambda c: c == {"model": f"{path}.pt", "dataset": "pendulum-medium"}),
     }

@@ -78,8 +78,8 @@ from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.config import require_in_range, require_positive
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.data.windows import dataset_windows, gather_windows
-from mbrl_offline.errors import CheckpointError, ConfigError
-from mbrl_offline.models.diffusion import (DiffusionModel, DiffusionTrainConfig, EDMConfig, Guidance,
+from mbrl_offline.errors import CheckpointError, ConfigError, InputError
+from mbrl_offline.models.diffusion import (DiffusionModel, DiffusionTrainConfig, EDMConfig, Guidance, KnownEntries,
                                            load_or_fit_diffusion)
 from mbrl_offline.roles import Policy
 
@@ -347,18 +347,39 @@ class PGDGenerator:
         return None if first else policy_guidance(policy, self.rows, self.model.normalizer, cfg)
 
     def sample_trajectories(self, count: int, guidance: Optional[Guidance] = None,
-                            rng: Optional[torch.Generator] = None, noise: Optional[Tensor] = None) -> Tensor:
+                            rng: Optional[torch.Generator] = None, noise: Optional[Tensor] = None,
+                            start_observations: Optional[Tensor] = None) -> Tensor:
         """``count`` trajectories ``(count, length, channels)`` in unnormalised rows, ``sample_batch`` at a
-        time; ``noise`` (count, length, channels): the sampler's starting draws (default: from ``rng``)."""
+        time; ``noise`` (count, length, channels): the sampler's starting draws (default: from ``rng``).
+        ``start_observations`` (count, obs_dim), in the data's units: the first row's state channels are
+        held at them while sampling (`start_conditioning`; the official code samples unconditionally)."""
         cfg, device = self.config, self.model.normalizer.mean.device
         shape = (cfg.length, self.rows.channels)
+        known = self.start_conditioning(start_observations) if start_observations is not None else None
+        if known is not None and len(start_observations) != count:
+            raise InputError(f"start_observations holds {len(start_observations)} states for {count} trajectories.")
         parts = []
         for start in range(0, count, cfg.sample_batch):
             n = min(cfg.sample_batch, count - start)
             part_noise = noise[start:start + n] if noise is not None else None
-            x = self.model.diffusion.sample((n, *shape), rng, noise=part_noise, guidance=guidance)
+            part_known = known.rows(start, start + n, (count, *shape)) if known is not None else None
+            x = self.model.diffusion.sample((n, *shape), rng, noise=part_noise, guidance=guidance, known=part_known)
             parts.append(self.model.normalizer.unnormalize(x))
         return torch.cat(parts) if parts else torch.zeros((0, *shape), device=device)
+
+    def start_conditioning(self, start_observations: Tensor) -> KnownEntries:
+        """The `KnownEntries` (normalised space) that hold the first row's state channels of trajectories
+        ``(count, length, channels)`` at ``start_observations`` ``(count, obs_dim)`` (data units): how
+        Diffuser conditions a trajectory on the current state, by inpainting."""
+        normalizer, rows = self.model.normalizer, self.rows
+        starts = torch.as_tensor(start_observations, dtype=torch.float32, device=normalizer.mean.device)
+        if starts.dim() != 2 or starts.shape[1] != rows.obs_dim:
+            raise InputError(f"start_observations must have shape (count, {rows.obs_dim}), got {tuple(starts.shape)}.")
+        values = torch.zeros(len(starts), self.config.length, rows.channels, device=starts.device)
+        values[:, 0, rows.obs] = (starts - normalizer.mean[rows.obs]) / normalizer.std[rows.obs]
+        mask = torch.zeros(self.config.length, rows.channels, dtype=torch.bool, device=starts.device)
+        mask[0, rows.obs] = True
+        return KnownEntries(mask, values)
 
     def generate(self, policy: Policy, real: dict[str, Tensor], rng: Optional[torch.Generator] = None
                  ) -> tuple[dict[str, Tensor], dict[str, float]]:

@@ -8,7 +8,8 @@ The parts, each usable alone:
 * `EDMConfig`: EDM's constants (training noise distribution, preconditioning, sampler schedule);
 * `ElucidatedDiffusion`: a raw network ``F(x, c_noise)`` wrapped in EDM's preconditioning
   (`ElucidatedDiffusion.denoise` is EDM's D), its training `loss`, its noise schedule (`sigmas`) and
-  its stochastic Heun sampler (`sample`), optionally guided (`Guidance`);
+  its stochastic Heun sampler (`sample`), optionally guided (`Guidance`) and with known entries held
+  fixed (`KnownEntries`: inpainting, as Diffuser conditions on the current state);
 * `Normalizer`: per-dimension z-scoring of the last axis (SynthER's ``standard`` normaliser);
 * `ResidualMLPDenoiser`: SynthER's denoiser; `DENOISERS` names the denoisers by kind (``resmlp``, and PGD's
   ``unet``, `mbrl_offline.models.unet.TemporalUNet`);
@@ -202,6 +203,43 @@ class Guidance:
         return Guidance(grad=grad, **settings)
 
 
+@dataclass
+class KnownEntries:
+    """Entries of the samples that are known (inpainting), in normalised space: where ``mask`` is true the
+    sample is ``values``, whatever the sampler does. Diffuser (Janner et al. 2022, ``apply_conditioning``)
+    conditions its trajectories on the current state this way: the known entries are written into x at
+    the start (over the sigma_max noise) and again after every step, so the denoiser always sees them
+    clean and the other entries are denoised around them; the last write leaves them exactly ``values``.
+
+    ``mask`` (bool) and ``values`` broadcast to the samples' shape ``(B, *event)`` (e.g. a mask of one
+    event's shape, values with a batch axis). `DiffusionModel.sample` draws its batches from the leading
+    axis of each where it has one per sample."""
+
+    mask: Tensor
+    values: Tensor
+
+    def __post_init__(self):
+        if not isinstance(self.mask, Tensor) or not isinstance(self.values, Tensor):
+            raise InputError("KnownEntries takes a boolean mask tensor and a tensor of values.")
+        self.mask = self.mask.bool()
+
+    def expand(self, shape: Sequence[int], device, dtype) -> tuple[Tensor, Tensor]:
+        """``(mask, values)`` broadcast to ``shape`` on ``device``; a shape they do not broadcast to is refused."""
+        try:
+            return (self.mask.to(device).broadcast_to(tuple(shape)),
+                    self.values.to(device, dtype).broadcast_to(tuple(shape)))
+        except RuntimeError:
+            raise InputError(f"known entries of shapes {tuple(self.mask.shape)} (mask) and {tuple(self.values.shape)} "
+                             f"(values) do not broadcast to the samples' shape {tuple(shape)}.") from None
+
+    def rows(self, start: int, stop: int, shape: Sequence[int]) -> "KnownEntries":
+        """The entries of samples ``start:stop`` of samples of ``shape`` (n, *event): a tensor with the
+        samples' axis (as many axes as ``shape``, the first of n) is sliced, one without it is kept."""
+        def part(t: Tensor) -> Tensor:
+            return t[start:stop] if t.dim() == len(shape) and t.shape[0] == shape[0] else t
+        return KnownEntries(part(self.mask), part(self.values))
+
+
 def guidance_weights(scale: float, cosine_coeff: float, steps: int) -> list[float]:
     """lambda_k for k = 0 .. steps - 1: ``scale ((1 - k/N) + cosine_coeff sin(pi (k+1)/N))``, 0 at the last."""
     return [scale * ((1 - k / steps) + cosine_coeff * math.sin(math.pi * (k + 1) / steps)) if k < steps - 1 else 0.0
@@ -259,11 +297,14 @@ class ElucidatedDiffusion(nn.Module):
 
     def sample(self, shape: Sequence[int], generator: Optional[torch.Generator] = None,
                noise: Optional[Tensor] = None, guidance: Optional[Guidance] = None,
-               steps: Optional[int] = None) -> Tensor:
+               steps: Optional[int] = None, known: Optional[KnownEntries] = None) -> Tensor:
         """Samples of ``shape`` (B, *event) in normalised space by EDM's stochastic Heun sampler.
 
         ``noise``: the starting N(0, I) draw (scaled by sigma_max here; default: drawn from ``generator``);
         the churn noise is drawn from ``generator``. No Heun correction on the last step (to sigma = 0).
+        ``known``: entries held at given values (`KnownEntries`: set at the start and after every step, as
+        Diffuser conditions on the current state), so they come out exactly; without it (or with an
+        all-false mask) the samples are bit for bit those of the unconditioned sampler with the same draws.
         Runs without gradients, except inside ``guidance.grad``."""
         cfg = self.config
         n = steps or cfg.steps
@@ -277,6 +318,9 @@ class ElucidatedDiffusion(nn.Module):
             elif tuple(noise.shape) != tuple(shape):
                 raise InputError(f"sample's noise has shape {tuple(noise.shape)}, not the requested {tuple(shape)}.")
             x = noise.to(device) * sigmas[0]
+            if known is not None:
+                known_mask, known_values = known.expand(x.shape, device, x.dtype)
+                x = torch.where(known_mask, known_values, x)
             for k in range(n):
                 sigma, sigma_next = sigmas[k], sigmas[k + 1]
                 if weights is not None and weights[k] != 0.0:
@@ -293,7 +337,7 @@ class ElucidatedDiffusion(nn.Module):
                 if sigma_next > 0:  # Heun correction (always from x_hat)
                     slope_next = (x_next - self.denoise(x_next, sigma_next)) / sigma_next
                     x_next = x_hat + 0.5 * (sigma_next - sigma_hat) * (slope + slope_next)
-                x = x_next
+                x = x_next if known is None else torch.where(known_mask, known_values, x_next)
         return x
 
     def _guide(self, x: Tensor, sigma: float, weight: float, guidance: Guidance) -> Tensor:
@@ -499,11 +543,12 @@ class DiffusionModel(nn.Module):
 
     def sample(self, n: int, generator: Optional[torch.Generator] = None, guidance: Optional[Guidance] = None,
                steps: Optional[int] = None, batch_size: Optional[int] = None,
-               event_shape: Optional[Sequence[int]] = None) -> Tensor:
+               event_shape: Optional[Sequence[int]] = None, known: Optional[KnownEntries] = None) -> Tensor:
         """``n`` samples (n, *event_shape) in the data's units, drawn ``batch_size`` at a time (default all).
-        ``guidance`` works in normalised space (`normalizer` maps between the two). ``event_shape``: another
-        shape the denoiser accepts, with the same last axis (a convolutional denoiser takes windows of any
-        length: PGD generates 129 rows from a model trained on 32); default the training shape."""
+        ``guidance`` and ``known`` (`KnownEntries`, inpainting) work in normalised space (`normalizer` maps
+        between the two). ``event_shape``: another shape the denoiser accepts, with the same last axis (a
+        convolutional denoiser takes windows of any length: PGD generates 129 rows from a model trained on
+        32); default the training shape."""
         device = next(self.parameters()).device
         event_shape = tuple(event_shape or self.event_shape)
         if event_shape[-1] != self.event_shape[-1]:
@@ -512,7 +557,8 @@ class DiffusionModel(nn.Module):
         parts = []
         for start in range(0, n, batch_size):
             count = min(batch_size, n - start)
-            x = self.diffusion.sample((count, *event_shape), generator, guidance=guidance, steps=steps)
+            part = known.rows(start, start + count, (n, *event_shape)) if known is not None else None
+            x = self.diffusion.sample((count, *event_shape), generator, guidance=guidance, steps=steps, known=part)
             parts.append(self.normalizer.unnormalize(x))
         return torch.cat(parts) if parts else torch.zeros((0, *event_shape), device=device)
 
@@ -588,5 +634,5 @@ def load_or_fit_diffusion(data: Tensor, denoiser_kind: str = "resmlp", denoiser_
 
 
 __all__ = ["DENOISERS", "DiffusionModel", "DiffusionTrainConfig", "EDMConfig", "ElucidatedDiffusion", "Guidance",
-           "Normalizer", "ResidualMLPConfig", "ResidualMLPDenoiser", "data_fingerprint", "fit_diffusion",
-           "guidance_weights", "load_or_fit_diffusion"]
+           "KnownEntries", "Normalizer", "ResidualMLPConfig", "ResidualMLPDenoiser", "data_fingerprint",
+           "fit_diffusion", "guidance_weights", "load_or_fit_diffusion"]
