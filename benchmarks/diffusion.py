@@ -53,7 +53,6 @@ from mbrl_offline import mkl_avx512  # noqa: E402
 from mbrl_offline.generators.pgd import PGDGeneratorConfig  # noqa: E402
 from mbrl_offline.generators.synther import SyntherGeneratorConfig  # noqa: E402
 from mbrl_offline.models.diffusion import DiffusionModel, EDMConfig, fit_diffusion  # noqa: E402
-from mbrl_offline.utils import keep_freed_memory  # noqa: E402
 
 OBS, ACT = throughput.OBS, throughput.ACT
 SYNTHER_DIM = 2 * OBS + ACT + 2  # [s, a, r, s', d]
@@ -167,14 +166,7 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true",
                         help="tiny models and calls, to check that the script runs (no meaningful rates)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    kept = device.type == "cpu" and not args.system_malloc and keep_freed_memory()
-    name = (torch.cuda.get_device_name(device) if device.type == "cuda"
-            else f"{throughput.cpu_name()}, {torch.get_num_threads()} threads")
-    print(f"device: {name}; torch {torch.__version__}; malloc "
-          f"{'keeps freed memory (keep_freed_memory)' if kept else 'as the system sets it'}")
+    device = throughput.set_up(args)
     sizes = ["smoke"] if args.smoke else args.sizes
     peak = throughput.matmul_peak(device, readings=1 if args.smoke else 5)
     rows = []

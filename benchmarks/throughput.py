@@ -248,6 +248,19 @@ def bench_upmpc_rollouts(device, repeats: int, starts: int = 5_000):
     return transitions / statistics.median(times), flops / (200 * rollout.horizon), model_rows
 
 
+def set_up(args) -> torch.device:
+    """The benchmark's device from ``args`` (``threads``, ``device``, ``system_malloc``), with torch's
+    thread count and glibc's malloc set as training sets them; prints what it measures on."""
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    kept = device.type == "cpu" and not args.system_malloc and keep_freed_memory()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()}, {torch.get_num_threads()} threads"
+    print(f"device: {name}; torch {torch.__version__}; malloc "
+          f"{'keeps freed memory (keep_freed_memory)' if kept else 'as the system sets it'}")
+    return device
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -256,13 +269,7 @@ def main() -> None:
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's malloc settings alone (training runs call keep_freed_memory on CPU)")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
-    kept = device.type == "cpu" and not args.system_malloc and keep_freed_memory()
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"{cpu_name()}, {torch.get_num_threads()} threads"
-    print(f"device: {name}; torch {torch.__version__}; malloc "
-          f"{'keeps freed memory (keep_freed_memory)' if kept else 'as the system sets it'}")
+    device = set_up(args)
     peak = matmul_peak(device)
     updates, update_flops = bench_updates(device, args.repeats)
     if device.type == "cuda":  # by default updates and dynamics batches replay CUDA graphs; eager for comparison
