@@ -13,6 +13,12 @@ warnings.filterwarnings("ignore", message=".*eval_env.*")
 torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The slow learning tests first: under ``-n 2`` (setup.cfg) the two workers take them in turn from the
+    start instead of one worker finishing the last of them alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept otherwise
+
+
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not torch.cuda.is_available(), reason="no CUDA device (these variants run on a GPU machine)"))])
 def device(request) -> str:
