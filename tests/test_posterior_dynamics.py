@@ -199,30 +199,31 @@ def test_uncertainty_threshold_interpolates_linearly_and_q1_is_the_max():
         model.uncertainty_threshold(1.5)
 
 
-def test_data_uncertainty_covers_every_kept_row_and_survives_save_load_and_cache(tmp_path):
+def test_data_uncertainty_covers_every_kept_row_and_survives_save_load_and_cache(tmp_path, device):
     """U of every fitting row (train and holdout, timeout rows left out) with the elites, sorted; kept by
-    save/load and the cache."""
+    save/load (onto the CPU) and the cache."""
     data = linear_gaussian_data(n=700)
     data.timeouts[::10] = True
     data.next_observations[::10] = 1e3  # garbage after a time limit: the model must not see these rows
     torch.manual_seed(0)
-    model, path = load_or_fit_dynamics(data, TINY, cache_dir=tmp_path, progress=False)
+    model, path = load_or_fit_dynamics(data, TINY, cache_dir=tmp_path, device=device, progress=False)
     kept = ~data.timeouts
     assert len(model.data_uncertainty) == kept.sum() == 629  # 70 + the data's end, a timeout too
     assert (model.data_uncertainty.diff() >= 0).all() and model.data_uncertainty.dtype == torch.float32
     assert np.mean(model.train_log[-1]["best_holdout_mse"]) < 1.0  # no 1e3 targets
-    obs, act = torch.as_tensor(data.observations[kept]), torch.as_tensor(data.actions[kept])
-    elite = model.elites[torch.arange(629) % len(model.elites)]
+    obs, act = (torch.as_tensor(a, device=device) for a in (data.observations[kept], data.actions[kept]))
+    elite = model.elites[torch.arange(629, device=device) % len(model.elites)]
     u = model.posterior_step(obs, act, elite)["uncertainty"]
     torch.testing.assert_close(model.data_uncertainty, u.sort().values)
     assert model.uncertainty_threshold(1.0) == pytest.approx(u.max().item())
     assert model.uncertainty_mean() == pytest.approx(u.mean().item(), rel=1e-5)
-    cached, same = load_or_fit_dynamics(data, TINY, cache_dir=tmp_path, progress=False)
+    cached, same = load_or_fit_dynamics(data, TINY, cache_dir=tmp_path, device=device, progress=False)
     assert same == path and cached.train_log == model.train_log
     torch.testing.assert_close(cached.data_uncertainty, model.data_uncertainty)
     loaded = GaussianEnsembleDynamics.load(model.save(tmp_path / "again.pt"))
-    torch.testing.assert_close(loaded.data_uncertainty, model.data_uncertainty)
-    torch.testing.assert_close(loaded.output_scale, model.output_scale)
+    torch.testing.assert_close(loaded.data_uncertainty, model.data_uncertainty.cpu())
+    torch.testing.assert_close(loaded.output_scale, model.output_scale.cpu())
+    assert loaded.uncertainty_threshold(0.5) == pytest.approx(model.uncertainty_threshold(0.5))
 
 
 def test_cache_keys_of_the_other_recipes_are_unchanged(tmp_path):

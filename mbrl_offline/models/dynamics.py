@@ -491,8 +491,10 @@ class GaussianEnsembleDynamics(nn.Module):
                 "uncertainty": epistemic_rms(mean), "member": members}
 
     @torch.no_grad()
-    def posterior_uncertainty(self, x: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
-        """U (`posterior_step`) of normalised inputs ``(B, in)``: ``(B,)``, evaluated ``chunk`` rows at a time."""
+    def posterior_uncertainty(self, x: torch.Tensor, chunk: Optional[int] = None) -> torch.Tensor:
+        """U (`posterior_step`) of normalised inputs ``(B, in)``: ``(B,)``, evaluated ``chunk`` rows at a
+        time (by default, rows for about 2^25 hidden activations: 1677 rows of 100 elites x 200 units)."""
+        chunk = chunk or max(1, 2 ** 25 // (len(self.elites) * self.config.hidden_size))
         return torch.cat([epistemic_rms(self.posterior_forward(x[start:start + chunk])[0])
                           for start in range(0, len(x), chunk)])
 
