@@ -43,11 +43,11 @@ class FakePosterior:
 
     def posterior_step(self, obs, act, members, generator=None):
         self.calls.append({"obs": obs.clone(), "act": act.clone(), "members": members.clone()})
-        next_obs = obs + torch.tensor([1.0, 1.0])
+        next_obs = obs + torch.tensor([1.0, 1.0], device=obs.device)
         if self.nan_member is not None:
             bad = (members == self.nan_member) & (obs[:, 1] >= self.nan_from)
             next_obs[bad] = float("nan")
-        return {"next_observations": next_obs, "rewards": torch.full((len(obs),), self.reward),
+        return {"next_observations": next_obs, "rewards": torch.full((len(obs),), self.reward, device=obs.device),
                 "uncertainty": obs[:, 1] + 1.0, "member": members.clone()}
 
     def uncertainty_threshold(self, q):
@@ -73,26 +73,26 @@ class RecordingPolicy:
 
     recurrent = True
 
-    def __init__(self):
-        self.calls = []
+    def __init__(self, device="cpu"):
+        self.calls, self.device = [], device
 
     def initial_state(self, batch_size):
-        return [torch.zeros(batch_size)]
+        return [torch.zeros(batch_size, device=self.device)]
 
     def sample(self, observations, state=None, starts=None):
         self.calls.append({"inputs": observations.clone(), "starts": starts.clone(), "state": state[0].clone()})
         x, s = (observations, starts) if observations.dim() == 3 else (observations[:, None], starts[:, None])
         total = state[0].clone()
         for k in range(x.shape[1]):
-            total = torch.where(s[:, k], torch.zeros(()), total) + x[:, k, 0]
+            total = torch.where(s[:, k], torch.zeros((), device=x.device), total) + x[:, k, 0]
         return total[:, None], [total]
 
 
-def rollouts(dataset=None, horizon=50, dynamics=None, termination=never, **config):
+def rollouts(dataset=None, horizon=50, dynamics=None, termination=never, device="cpu", **config):
     dataset = dataset if dataset is not None else episodes_dataset()
     dynamics = dynamics if dynamics is not None else FakePosterior()
     config.setdefault("quantile", -1.0)
-    return PosteriorRollouts(dynamics, termination, Histories(dataset, horizon), PosteriorConfig(**config))
+    return PosteriorRollouts(dynamics, termination, Histories(dataset, horizon, device), PosteriorConfig(**config))
 
 
 def episodes(rows):
@@ -318,6 +318,21 @@ def test_non_finite_predictions_are_dropped_and_cut_their_rollout():
     assert [len(e["rewards"]) for e in eps] == [6, 2, 6]
     assert eps[1]["timeouts"].tolist() == [False, True] and torch.isfinite(rows["next_observations"]).all()
     assert stats["nonfinite_fraction"] == pytest.approx(1 / 3)
+
+
+def test_rollouts_run_on_the_device_and_keep_their_rows_there(device):
+    def run(where):
+        dynamics = FakePosterior(threshold=3.0, mean=2.0)
+        generator = torch.Generator(where).manual_seed(0)
+        return rollouts(dynamics=dynamics, parallel=30, horizon=8, quantile=1.0, penalty_coef=0.5, device=where
+                        ).generate(RecordingPolicy(where), None, generator)
+
+    rows, stats = run(device)
+    assert all(value.device.type == torch.device(device).type for value in rows.values())
+    assert stats["transitions"] == len(rows["rewards"]) > 30
+    synthetic = rows["synthetic"]
+    torch.testing.assert_close(rows["rewards"][synthetic], 7.0 - 0.25 * rows["uncertainty"][synthetic])
+    assert (rows["uncertainty"][synthetic] <= 4.0).all()  # truncated at the first U > 3
 
 
 def test_config_checks():

@@ -162,7 +162,8 @@ class Histories:
         self.terminals, self.timeouts = tensor(terminals), tensor(timeouts)
         self.lengths = tensor(lengths)
         self.first = torch.cumsum(self.lengths, 0) - self.lengths
-        self.positions = torch.cumsum(self.lengths + 1, 0)  # episode e owns positions [positions[e] - L_e - 1, positions[e])
+        # episode e owns the history positions [positions[e] - L_e - 1, positions[e]) (t = 0..L_e)
+        self.positions = torch.cumsum(self.lengths + 1, 0)
         self.num_positions = int(lengths.sum() + len(lengths))
         self.max_length = int(lengths.max())
 
@@ -199,7 +200,8 @@ class Histories:
         obs = torch.where(pad.unsqueeze(-1), torch.zeros((), device=self.device), obs)
         previous = self.first[rows] + (k - 1).clamp(min=0)
         starts = pad | (k == 0)
-        inputs = history_inputs(obs.reshape(-1, obs.shape[-1]), self.actions[previous].reshape(-1, self.actions.shape[-1]),
+        act_dim = self.actions.shape[-1]
+        inputs = history_inputs(obs.reshape(-1, obs.shape[-1]), self.actions[previous].reshape(-1, act_dim),
                                 self.rewards[previous].reshape(-1), starts.reshape(-1))
         return inputs.reshape(*k.shape, -1), starts
 
