@@ -273,6 +273,16 @@ def test_guidance_with_a_policy_without_log_prob_is_refused_in_one_line(fitted):
     assert unguided.generate(FunctionPolicy(lambda obs: obs[:, :1]), {})[1]["guidance_scale"] == 0.0
 
 
+def test_a_recurrent_policy_is_refused_in_one_line(fitted):
+    from mbrl_offline.generators.pgd import PGDGenerator
+
+    class Recurrent(TargetPolicy):
+        recurrent = True
+
+    with pytest.raises(ConfigError, match="a recurrent agent needs a sequence generator"):
+        PGDGenerator(fitted.model, fitted.rows, tiny_pgd(scale=0.0)).generate(Recurrent(), {})
+
+
 def test_td3bc_and_ravl_train_on_pgd_data(pendulum, fitted, tmp_path):
     """td3bc with generator=pgd runs to a normalised score; ravl (the SAC family) and iql compose with it
     and their policies' log-probabilities guide the sampler; MOBILE (whose penalty needs a dynamics

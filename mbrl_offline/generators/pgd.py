@@ -385,6 +385,9 @@ class PGDGenerator:
                  ) -> tuple[dict[str, Tensor], dict[str, float]]:
         """One generation: ``trajectories`` sampled trajectories as transitions, guided by ``policy``
         unless this is the first generation or λ = 0. ``real`` is not used (PGD samples unconditionally)."""
+        if getattr(policy, "recurrent", False):
+            raise ConfigError("policy-guided diffusion guides by a feed-forward policy's log pi(a|s); a recurrent "
+                              "agent needs a sequence generator (generator=posterior).")
         first = self.generations == 0
         guidance = self.guidance_for(policy, first)
         trajectories = self.sample_trajectories(self.config.trajectories, guidance, rng)
