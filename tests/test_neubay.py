@@ -238,22 +238,23 @@ def test_fixed_alpha_stays_and_auto_alpha_gradient():
 
 
 def test_actor_step_sees_the_updated_critic():
-    """Mock the critic's optimiser step to raise every head's output by 100: the actor loss then drops
-    by 100 (the weights sum to 1), so the actor step reads the critic after its update."""
+    """Mock the critic's optimiser step to raise head 0's output by 40: the actor loss then drops by
+    40 / 4 (the mean over the 4 heads; the weights sum to 1), so the actor step reads the critic after
+    its update, and the mean of all heads (a min would hardly move)."""
     agent = make_agent()
     tape = hand_tape()
     results = []
-    for shift in (0.0, 100.0):
+    for shift in (0.0, 40.0):
         a = copy.deepcopy(agent)
 
         def shifted_step(a=a, shift=shift):
             with torch.no_grad():
-                a.critic.heads.out.bias += shift
+                a.critic.heads.out.bias[0] += shift
 
         a.critic_optim.step = shifted_step
         torch.manual_seed(3)
         results.append(a.update(tape)["actor_loss"])
-    torch.testing.assert_close(results[1], results[0] - 100.0)
+    torch.testing.assert_close(results[1], results[0] - 10.0)
 
 
 def test_polyak_and_initialisation():
