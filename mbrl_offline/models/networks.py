@@ -140,31 +140,21 @@ class TanhGaussianActor(nn.Module):
         return action, log_prob, backward
 
     def _draw(self, mu: torch.Tensor, raw_log_std: torch.Tensor):
-        """The sample of both `forward` and `sample_with_backward`: ``log_std`` (clamped), ``std``,
-        ``noise``, u = mu + std * noise, t = tanh(u) and action = scale * t + offset."""
-        log_std = raw_log_std.clamp(self.log_std_min, self.log_std_max)
-        std = log_std.exp()
-        noise = torch.randn_like(mu)
-        u = torch.addcmul(mu, std, noise)
-        squashed = torch.tanh(u)
-        return log_std, std, noise, u, squashed, torch.addcmul(self.action_offset, squashed, self.action_scale)
+        """The sample of both `forward` and `sample_with_backward` (`tanh_gaussian_draw`)."""
+        return tanh_gaussian_draw(mu, raw_log_std, self.action_scale, self.action_offset,
+                                  self.log_std_min, self.log_std_max)
 
     def _log_prob(self, noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-        """log N(u; mu, std) - sum log |d action / d u|, with the numerically stable
-        log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))."""
-        gaussian = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
-        log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u)) + torch.log(self.action_scale)
-        return (gaussian - log_det).sum(-1)
+        """log pi of a draw (`tanh_gaussian_log_prob`)."""
+        return tanh_gaussian_log_prob(noise, log_std, u, self.action_scale)
 
     def log_prob_of(self, obs: torch.Tensor, action: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
         """log pi(a|s) of given actions ``(B,)``, differentiable in ``action`` (guided generation
         follows this gradient); actions within ``eps`` of a bound are moved inside it so that
         atanh stays finite."""
         mu, raw_log_std = self.trunk(obs).chunk(2, dim=-1)
-        log_std = raw_log_std.clamp(self.log_std_min, self.log_std_max)
-        squashed = ((action - self.action_offset) / self.action_scale).clamp(-1 + eps, 1 - eps)
-        u = torch.atanh(squashed)
-        return self._log_prob((u - mu) / log_std.exp(), log_std, u)
+        return tanh_gaussian_log_prob_of(mu, raw_log_std, action, self.action_scale, self.action_offset,
+                                         self.log_std_min, self.log_std_max, eps)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False, with_log_prob: bool = True):
         """Returns ``(action, log_prob)``; ``log_prob`` is None when not asked for."""
@@ -175,3 +165,37 @@ class TanhGaussianActor(nn.Module):
         if not with_log_prob:
             return action, None
         return action, self._log_prob(noise, log_std, u)
+
+
+def tanh_gaussian_draw(mu: torch.Tensor, raw_log_std: torch.Tensor, scale: torch.Tensor, offset: torch.Tensor,
+                       log_std_min: float = -5.0, log_std_max: float = 2.0):
+    """A draw from the tanh-Gaussian policy a = scale * tanh(u) + offset, u ~ N(mu, exp(log_std)):
+    ``(log_std, std, noise, u, tanh(u), action)``, ``log_std`` being ``raw_log_std`` clamped to
+    [log_std_min, log_std_max] (EDAC's [-5, 2]). Differentiable in ``mu`` and ``raw_log_std``
+    (reparameterised). Shared by `TanhGaussianActor` and the recurrent NEUBAY actor."""
+    log_std = raw_log_std.clamp(log_std_min, log_std_max)
+    std = log_std.exp()
+    noise = torch.randn_like(mu)
+    u = torch.addcmul(mu, std, noise)
+    squashed = torch.tanh(u)
+    return log_std, std, noise, u, squashed, torch.addcmul(offset, squashed, scale)
+
+
+def tanh_gaussian_log_prob(noise: torch.Tensor, log_std: torch.Tensor, u: torch.Tensor,
+                           scale: torch.Tensor) -> torch.Tensor:
+    """log N(u; mu, std) - sum log |d action / d u| of a draw (`tanh_gaussian_draw`), summed over the
+    action's dimensions, with the numerically stable log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2u))."""
+    gaussian = -0.5 * noise.pow(2) - log_std - 0.5 * math.log(2 * math.pi)
+    log_det = 2 * (math.log(2) - u - nn.functional.softplus(-2 * u)) + torch.log(scale)
+    return (gaussian - log_det).sum(-1)
+
+
+def tanh_gaussian_log_prob_of(mu: torch.Tensor, raw_log_std: torch.Tensor, action: torch.Tensor,
+                              scale: torch.Tensor, offset: torch.Tensor, log_std_min: float = -5.0,
+                              log_std_max: float = 2.0, eps: float = 1e-6) -> torch.Tensor:
+    """log pi(a) of given env-unit actions, differentiable in ``action``; actions within ``eps`` of a
+    bound are moved inside it so that atanh stays finite."""
+    log_std = raw_log_std.clamp(log_std_min, log_std_max)
+    squashed = ((action - offset) / scale).clamp(-1 + eps, 1 - eps)
+    u = torch.atanh(squashed)
+    return tanh_gaussian_log_prob((u - mu) / log_std.exp(), log_std, u, scale)
