@@ -8,7 +8,8 @@ produced it, ...): declared fields are kept, undeclared ones are refused, never 
 
 `SequenceBuffer` keeps whole episodes (dataset episodes, generated rollouts) and samples B x T
 windows that never cross an episode boundary, with episode-start flags and a mask for the rows past
-an episode's end (recurrent agents train on them).
+an episode's end, or NEUBAY's tapes: whole episodes drawn uniformly, each closed by its final
+observation, concatenated and cut (recurrent agents train on them).
 
 `Mixing` draws a batch from a real and a synthetic buffer by a `MixingConfig` rule. Two rules fix how
 many rows of each kind a batch holds: ``fraction`` (``int(real_ratio * B)`` real rows, MBPO's) and
