@@ -31,7 +31,7 @@ def main(argv: list[str]) -> None:
     check_device(cfg.device)
     agent, state = load_policy(cfg.checkpoint, cfg.device)
     env = get_env_info(state["env"])
-    result = evaluate_policy(lambda obs: agent.act(obs, deterministic=True), env, cfg.episodes, cfg.seed)
+    result = evaluate_policy(agent.episode_policy(deterministic=True), env, cfg.episodes, cfg.seed)
     print(f"{state['algorithm']} on {env.gym_id}, epoch {state['epoch']}, {cfg.episodes} episodes: "
           f"return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
           f"normalised score {result['normalized_score']:.1f} ± {result['normalized_score_std']:.1f}")

@@ -8,7 +8,8 @@ produced it, ...): declared fields are kept, undeclared ones are refused, never 
 
 `SequenceBuffer` keeps whole episodes (dataset episodes, generated rollouts) and samples B x T
 windows that never cross an episode boundary, with episode-start flags and a mask for the rows past
-an episode's end (recurrent agents train on them).
+an episode's end, or NEUBAY's tapes: whole episodes drawn uniformly, each closed by its final
+observation, concatenated and cut (recurrent agents train on them).
 
 `Mixing` draws a batch from a real and a synthetic buffer by a `MixingConfig` rule. Two rules fix how
 many rows of each kind a batch holds: ``fraction`` (``int(real_ratio * B)`` real rows, MBPO's) and
@@ -16,9 +17,12 @@ many rows of each kind a batch holds: ``fraction`` (``int(real_ratio * B)`` real
 uniformly from the real and synthetic data pooled and mixes them in the loss instead: each row gets a
 weight (the batch's ``weights`` field) such that ``sum_b weights_b loss_b = kappa mean_real(loss) +
 (1 - kappa) mean_synthetic(loss)``; every agent honours that field (`mbrl_offline.algorithms.weights`).
+The fourth, ``tape``, is NEUBAY's own: a `SequenceBuffer.tape` with the same weights over its rows
+that are a transition's start (`tape_weights`).
 """
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -137,15 +141,19 @@ class TransitionBuffer:
 
 
 class SequenceBuffer:
-    """Whole episodes in a FIFO ring of ``capacity`` rows; samples B x T windows on the device.
+    """Whole episodes in a FIFO ring of ``capacity`` rows; samples B x T windows, or tapes, on the device.
 
     Rows are transitions (the schema of `TransitionBuffer`, extras included) stored episode after
-    episode. Each row keeps where its episode ends, so a window starting at any stored row takes the
-    next T rows of the same episode and never crosses into the next: past the episode's end the window
-    is padded (zeros) and ``mask`` is False. ``starts`` is True at the first row of an episode (a
-    recurrent agent resets its state there). Episodes are added whole and evicted whole, oldest first,
-    so a stored row's episode is stored from that row to its end. Windows start uniformly over the
-    stored rows.
+    episode. Episodes are added whole (`add_episode`, or `add_episodes` for many concatenated) and
+    evicted whole, oldest first, so a stored row's episode is stored from that row to its end.
+
+    ``windows``/``sample``: each row keeps where its episode ends, so a window starting at any stored
+    row takes the next T rows of the same episode and never crosses into the next: past the episode's
+    end the window is padded (zeros) and ``mask`` is False. ``starts`` is True at the first row of an
+    episode (a recurrent agent resets its state there). Windows start uniformly over the stored rows.
+
+    ``tape``: NEUBAY's training sequence (``TapeBuffer.sample`` of its code): whole episodes drawn
+    uniformly (with replacement), each followed by its final observation, concatenated and cut.
     """
 
     def __init__(self, capacity: int, obs_dim: int, act_dim: int, device: str | torch.device = "cpu",
@@ -154,9 +162,10 @@ class SequenceBuffer:
         # for the row at absolute position a (stored at a % capacity): where its episode starts and ends
         self.episode_start = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
         self.episode_end = torch.zeros(self.capacity, dtype=torch.long, device=self.device)
-        self.episode_lengths: list[int] = []  # stored episodes, oldest first (for eviction)
+        self.episode_lengths: deque[int] = deque()  # stored episodes, oldest first (for eviction)
         self.first = 0  # absolute position of the oldest stored row
         self.total_added = 0  # absolute position of the next row
+        self._episodes = None  # (absolute starts (E,), lengths (E,) on the device, shortest length), for tapes
 
     def __len__(self) -> int:
         return self.total_added - self.first
@@ -169,23 +178,62 @@ class SequenceBuffer:
         """Append one episode (every field with the episode's rows along the first dimension); the
         oldest whole episodes make room."""
         rows = _checked_rows(self.schema, fields, self.device, "sequence")
+        self._append(rows, [rows["rewards"].shape[0]])
+
+    def add_episodes(self, starts, **fields) -> None:
+        """Append episodes given concatenated (a generator's sequences): every field with all their rows
+        along the first dimension, and ``starts`` ``(R,)`` (bool, not stored) True at the first row of each
+        episode, exactly once per episode, so the first row must be one. The oldest whole episodes make
+        room, as if the episodes were added one by one (`add_episode`)."""
+        rows = _checked_rows(self.schema, fields, self.device, "sequence")
+        starts = torch.as_tensor(starts, device=self.device).to(torch.bool).reshape(-1)
         n = rows["rewards"].shape[0]
-        if not 0 < n <= self.capacity:
+        if starts.shape[0] != n:
+            raise ValueError(f"starts has {starts.shape[0]} rows but the sequences have {n}")
+        if n == 0:
+            return
+        first_rows = torch.nonzero(starts).flatten().tolist()  # one sync per call: episode boundaries
+        if not first_rows or first_rows[0] != 0:
+            raise ValueError("the first row of the sequences must start an episode (starts[0] must be True)")
+        lengths = np.diff(first_rows + [n]).tolist()
+        self._append(rows, lengths)
+
+    def _append(self, rows: dict[str, torch.Tensor], lengths: list[int]) -> None:
+        """Write episodes of ``lengths`` rows (concatenated in ``rows``), evicting the oldest whole ones."""
+        if any(not 0 < n <= self.capacity for n in lengths):
+            n = next(n for n in lengths if not 0 < n <= self.capacity)
             raise ValueError(f"an episode of {n} rows does not fit a sequence buffer of {self.capacity} rows")
-        while self.total_added + n - self.first > self.capacity:
-            self.first += self.episode_lengths.pop(0)
-        index = torch.arange(self.total_added, self.total_added + n, device=self.device) % self.capacity
+        total = sum(lengths)
+        skip = 0  # leading new episodes that newer ones would evict anyway
+        while total > self.capacity:
+            total -= lengths[skip]
+            skip += 1
+        if skip:
+            offset = sum(lengths[:skip])
+            self.first = self.total_added = self.total_added + offset  # as if added, then evicted
+            self.episode_lengths.clear()
+            rows = {k: v[offset:] for k, v in rows.items()}
+            lengths = lengths[skip:]
+        while self.total_added + total - self.first > self.capacity:
+            self.first += self.episode_lengths.popleft()
+        index = torch.arange(self.total_added, self.total_added + total, device=self.device) % self.capacity
         for key, value in rows.items():
             self.data[key][index] = value
-        self.episode_start[index] = self.total_added
-        self.episode_end[index] = self.total_added + n
-        self.episode_lengths.append(n)
-        self.total_added += n
+        size = torch.as_tensor(lengths, device=self.device)
+        begin = self.total_added + torch.cumsum(size, 0) - size  # absolute first row of each new episode
+        self.episode_start[index] = torch.repeat_interleave(begin, size)
+        self.episode_end[index] = torch.repeat_interleave(begin + size, size)
+        self.episode_lengths.extend(lengths)
+        self.total_added += total
+        self._episodes = None
 
     def add_dataset(self, dataset) -> None:
         """Append every episode of an `OfflineDataset`."""
-        for part in dataset.episode_slices():
-            self.add_episode(**{k: getattr(dataset, k)[part] for k in TRANSITION_FIELDS})
+        parts = list(dataset.episode_slices())
+        if parts:
+            first, last = parts[0].start, parts[-1].stop
+            rows = {k: getattr(dataset, k)[first:last] for k in TRANSITION_FIELDS}
+            self._append(_checked_rows(self.schema, rows, self.device, "sequence"), [p.stop - p.start for p in parts])
 
     def windows(self, starts: torch.Tensor, length: int) -> dict[str, torch.Tensor]:
         """The windows of ``length`` rows from the absolute row positions ``starts`` ``(B,)``: every
@@ -210,6 +258,49 @@ class SequenceBuffer:
         starts = self.first + torch.randint(0, len(self), (batch_size,), device=self.device, generator=generator)
         return self.windows(starts, length)
 
+    def episodes(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The stored episodes: absolute first rows ``(E,)`` and lengths ``(E,)`` on the device, oldest
+        first, and the shortest length (rebuilt after each addition)."""
+        if self._episodes is None:
+            lengths = torch.as_tensor(list(self.episode_lengths), dtype=torch.long)
+            begin = self.first + torch.cumsum(lengths, 0) - lengths
+            self._episodes = (begin.to(self.device), lengths.to(self.device), min(self.episode_lengths))
+        return self._episodes
+
+    def tape(self, length: int, generator: Optional[torch.Generator] = None,
+             episode_ids: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        """A tape of ``length`` rows: episodes drawn uniformly from the stored ones (with replacement),
+        each as its rows then a *final* row, concatenated, and cut after ``length`` rows (so a tape
+        starts at an episode's start and only its last episode is cut).
+
+        Every stored field ``(T, ...)``, ``starts`` (True at each episode's first row), ``final`` (True
+        at the appended rows: ``observations`` is the episode's last ``next_observations``, every other
+        field is its last row's) and ``synthetic`` (the stored field where there is one, else False).
+        ``ceil(T / shortest) + 1`` episodes are drawn, enough for any lengths, so nothing waits for the
+        device; ``episode_ids`` (indices into `episodes`, oldest first) replaces the draw (tests)."""
+        if len(self) == 0:
+            raise RuntimeError("cannot sample from an empty buffer")
+        begin, lengths, shortest = self.episodes()
+        if episode_ids is None:
+            count = -(-length // shortest) + 1
+            episode_ids = torch.randint(0, lengths.shape[0], (count,), device=self.device, generator=generator)
+        size = lengths[episode_ids] + 1  # the episode and its final row
+        ends = torch.cumsum(size, 0)
+        position = torch.arange(length, device=self.device)
+        slot = torch.searchsorted(ends, position, right=True)  # which drawn episode each tape row is in
+        slot = slot.clamp(max=episode_ids.shape[0] - 1)  # given ids too few for the tape: the last one repeats
+        within = position - (ends[slot] - size[slot])
+        episode = episode_ids[slot]
+        final = within >= lengths[episode]
+        index = (begin[episode] + torch.minimum(within, lengths[episode] - 1)) % self.capacity
+        out = {key: value[index] for key, value in self.data.items()}
+        out["observations"] = torch.where(final[:, None], out["next_observations"], out["observations"])
+        out["starts"] = within == 0
+        out["final"] = final
+        if "synthetic" not in out:
+            out["synthetic"] = torch.zeros(length, dtype=torch.bool, device=self.device)
+        return out
+
     def state_dict(self) -> dict:
         """The stored rows oldest first, the episode lengths and the counters."""
         index = torch.arange(self.first, self.total_added, device=self.device) % self.capacity
@@ -221,14 +312,14 @@ class SequenceBuffer:
             raise ValueError(f"a sequence buffer of capacity {self.capacity} cannot hold the saved one "
                              f"({state['total_added'] - state['first']} rows)")
         self.first = self.total_added = state["first"]
-        self.episode_lengths = []
-        offset = 0
-        for n in state["episode_lengths"]:
-            self.add_episode(**{k: v[offset:offset + n] for k, v in state["rows"].items()})
-            offset += n
+        self.episode_lengths = deque()
+        self._episodes = None
+        if state["episode_lengths"]:
+            rows = _checked_rows(self.schema, state["rows"], self.device, "sequence")
+            self._append(rows, list(state["episode_lengths"]))
 
 
-MIXING_RULES = ("fraction", "counts", "weights")
+MIXING_RULES = ("fraction", "counts", "weights", "tape")
 
 
 @dataclass
@@ -238,11 +329,13 @@ class MixingConfig:
     # fraction: int(real_ratio * batch) real rows, the rest synthetic (MBPO, RAVL, MOPO, MOBILE);
     # counts: real_rows real rows, the rest synthetic (policy-guided diffusion: 16 real + 240 synthetic);
     # weights: rows drawn uniformly from real and synthetic data pooled, mixed in the loss by per-row
-    # weights: kappa on the real rows' mean loss, 1 - kappa on the synthetic rows' (NEUBAY).
+    # weights: kappa on the real rows' mean loss, 1 - kappa on the synthetic rows';
+    # tape: a tape of whole episodes from the synthetic sequences (real ones while there are none), with
+    # per-row weights: kappa on the real rows' masked mean loss, 1 - kappa on the synthetic rows' (NEUBAY).
     rule: str = "fraction"
     real_ratio: float = 0.05
     real_rows: int = 16
-    kappa: float = 0.05  # the weights rule's share of the loss on real rows (NEUBAY's real_weight)
+    kappa: float = 0.05  # the weights and tape rules' share of the loss on real rows (NEUBAY's real_weight)
 
     def __post_init__(self):
         if self.rule not in MIXING_RULES:
@@ -279,9 +372,9 @@ class Mixing:
 
     def real_rows(self, batch_size: int) -> Optional[int]:
         """Real rows in a batch of ``batch_size`` once there is synthetic data; None under the
-        ``weights`` rule, where the count varies from batch to batch."""
+        ``weights`` and ``tape`` rules, where the count varies from batch to batch."""
         cfg = self.config
-        if cfg.rule == "weights":
+        if cfg.rule in ("weights", "tape"):
             return None
         if cfg.rule == "counts":
             if cfg.real_rows > batch_size:
@@ -303,8 +396,14 @@ class Mixing:
 
         Extra fields that one buffer's schema declares and the other's lacks (a synthetic row's
         uncertainty, ...) are in every batch from a synthetic buffer; the rows from the buffer without
-        them hold NaN (floating fields), -1 (integer fields) or False (bool fields)."""
+        them hold NaN (floating fields), -1 (integer fields) or False (bool fields).
+
+        ``tape`` (`SequenceBuffer` s, ``batch_size`` = T rows): a `SequenceBuffer.tape` from ``synthetic``,
+        or from ``real`` while ``synthetic`` is None or empty (its rows come from one buffer, so it holds
+        that buffer's fields only), and a float field ``weights`` ``(T,)`` (`tape_weights`)."""
         cfg = self.config
+        if cfg.rule == "tape":
+            return self._tape(real, synthetic, batch_size, rng)
         empty = synthetic is None or len(synthetic) == 0
         fields = {} if synthetic is None else {**real.schema, **synthetic.schema}
         if cfg.rule == "weights":
@@ -348,3 +447,29 @@ class Mixing:
         batch["weights"] = torch.where(is_real, kappa / n_real.clamp(min=1),
                                        (1.0 - kappa) / (batch_size - n_real).clamp(min=1))
         return batch
+
+    def _tape(self, real: SequenceBuffer, synthetic: Optional[SequenceBuffer], length: int,
+              rng: Optional[torch.Generator]) -> dict[str, torch.Tensor]:
+        """The ``tape`` rule (see `sample`)."""
+        source = real if synthetic is None or len(synthetic) == 0 else synthetic
+        if not isinstance(source, SequenceBuffer):
+            raise ConfigError(f"mixing.rule=tape draws tapes of episodes from sequence buffers, got a "
+                              f"{type(source).__name__}; use it with an agent that learns from sequences.")
+        tape = source.tape(length, rng)
+        tape["weights"] = tape_weights(tape["starts"], tape["synthetic"], self.config.kappa)
+        return tape
+
+
+def tape_weights(starts: torch.Tensor, synthetic: torch.Tensor, kappa: float) -> torch.Tensor:
+    """Per-row loss weights ``(T,)`` of a tape (NEUBAY's ``sac_q_loss`` masking and ``real_weight``):
+    row k is a transition to learn from when the next row does not start an episode
+    (``m_k = not starts[k+1]``; the last row has no next row, ``m_{T-1} = 0``), so an episode's final
+    row, whose successor starts the next episode, never is. With ``real = not synthetic``,
+    ``w_k = m_k (kappa real_k / max(1, sum m real) + (1 - kappa) (1 - real_k) / max(1, sum m (1 - real)))``:
+    ``sum_k w_k loss_k`` is kappa times the real rows' masked mean loss plus 1 - kappa times the
+    synthetic rows' (a group with no row takes weight 0, its denominator clipped to 1)."""
+    mask = torch.cat([~starts[1:], torch.zeros(1, dtype=torch.bool, device=starts.device)]).float()
+    real = (~synthetic.to(torch.bool)).float()
+    real_mask, fake_mask = mask * real, mask * (1.0 - real)
+    return (kappa * real_mask / real_mask.sum().clamp(min=1.0)
+            + (1.0 - kappa) * fake_mask / fake_mask.sum().clamp(min=1.0))

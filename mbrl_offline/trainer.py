@@ -4,14 +4,22 @@ generator's schedule and evaluation on the trainer's.
 The trainer composes the roles of `mbrl_offline.roles`: an *agent*, the *dataset*, an optional
 *generator* and the *mixing* rule (the generator's ``config.mixing``). It owns the schedule: the
 generator produces synthetic data from the agent's ``policy`` before the first update and then every
-``generator.config.every`` updates (0: only before the first), into a synthetic buffer of
-``generator.buffer_capacity`` rows; each of the ``updates_per_epoch`` updates of an epoch draws a
-batch from the real and the synthetic buffer by the mixing rule; every ``eval_every`` epochs the
-deterministic policy is run in the real env; metrics go to TensorBoard and ``metrics.jsonl``
+``generator.config.every`` updates (0: only before the first) or, when its config sets ``utd``, after
+``max(1, ceil(utd * N))`` updates following a generation of N transitions (NEUBAY's update-to-data
+ratio), into a synthetic buffer of ``generator.buffer_capacity`` rows; each of the
+``updates_per_epoch`` updates of an epoch draws a batch from the real and the synthetic buffer by the
+mixing rule; every ``eval_every`` epochs the agent's deterministic episode policy
+(``agent.episode_policy(True)``, which carries a recurrent agent's state) is run in the real env; metrics go to TensorBoard and ``metrics.jsonl``
 (``run.json`` describes the run, the generator's settings next to the agent's); every
 ``checkpoint_every`` epochs a checkpoint is written atomically to ``<run_dir>/checkpoint.pt``.
-Optionally the agent has ``on_epoch_end(epoch, total_epochs)`` for per-epoch schedules. Batches carry
-a bool ``synthetic`` field marking generated rows. `mbrl_offline.build_run` builds the parts from
+Optionally the agent has ``on_epoch_end(epoch, total_epochs)`` for per-epoch schedules and
+``set_total_updates(total)``, called once here with the run's number of updates. Batches carry
+a bool ``synthetic`` field marking generated rows.
+
+Agents of sequences (``agent.consumes == "sequences"``, NEUBAY) learn from tapes of whole episodes:
+the dataset is also kept as a `SequenceBuffer` of its episodes, a generator of sequences
+(``produces == "sequences"``) fills a synthetic `SequenceBuffer`, and the mixing rule is ``tape``
+(``generator=none``: tapes of the dataset, every row real, ``kappa`` 1). `mbrl_offline.build_run` builds the parts from
 names and settings.
 
 A run folder that holds an earlier run's files (`RUN_FILES`: ``run.json``, ``metrics.jsonl``,
@@ -23,7 +31,8 @@ checkpoint) or ``overwrite=True`` (delete those files and start afresh; ``overwr
 A checkpoint holds the agent (weights, optimisers, config), the generator's settings and state, the
 synthetic buffer, every random-number state and the epoch, so ``resume=True`` continues exactly as if
 the run had not stopped (same device and thread count). The real buffer is rebuilt from the dataset,
-whose fingerprint must match. It holds tensors and plain data only and is read with ``weights_only=True``
+whose fingerprint must match. The update at which the generator runs next is saved too
+(``next_generation``; checkpoints from before it existed derive it from ``every``). It holds tensors and plain data only and is read with ``weights_only=True``
 (`mbrl_offline.checkpoint`), so loading a checkpoint someone shares runs no code.
 """
 from __future__ import annotations
@@ -39,7 +48,7 @@ import numpy as np
 import torch
 
 from mbrl_offline import mkl_avx512
-from mbrl_offline.buffer import Mixing, MixingConfig, TransitionBuffer
+from mbrl_offline.buffer import Mixing, MixingConfig, SequenceBuffer, TransitionBuffer
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
 from mbrl_offline.checkpoint import numpy_rng_state, python_rng_state, set_numpy_rng_state, set_python_rng_state
 from mbrl_offline.config import require_in_range, require_nonnegative, require_positive
@@ -116,16 +125,35 @@ class Trainer:
         self.device = torch.device(agent.device)
         self.run_dir = Path(config.run_dir)
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
+        self.consumes = getattr(agent, "consumes", "transitions")
         self.real = TransitionBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
-        self.real.add_dataset(dataset)
-        self.synthetic = (TransitionBuffer(generator.buffer_capacity, dataset.obs_dim, dataset.act_dim, self.device,
-                                           extra_fields=generator.extra_fields)
-                          if generator is not None else None)
-        self.mixing = Mixing(generator.config.mixing if generator is not None else MixingConfig(rule="fraction",
-                                                                                              real_ratio=1.0))
+        self.real.add_dataset(dataset)  # every real row, which generators start from
+        self.real_sequences = None  # the dataset's episodes, for an agent of sequences
+        if self.consumes == "sequences":
+            self.real_sequences = SequenceBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
+            self.real_sequences.add_dataset(dataset)
+        self.synthetic = None
+        if generator is not None:
+            buffer_cls = SequenceBuffer if generator.produces == "sequences" else TransitionBuffer
+            self.synthetic = buffer_cls(generator.buffer_capacity, dataset.obs_dim, dataset.act_dim, self.device,
+                                        extra_fields=generator.extra_fields)
+        if generator is not None:
+            mixing = generator.config.mixing
+        elif self.consumes == "sequences":  # tapes of the dataset alone: every row real, a plain masked mean
+            mixing = MixingConfig(rule="tape", kappa=1.0)
+        else:
+            mixing = MixingConfig(rule="fraction", real_ratio=1.0)
+        if (mixing.rule == "tape") != (self.consumes == "sequences"):
+            raise ConfigError(f"{agent.name} learns from {self.consumes}, and mixing.rule={mixing.rule} "
+                              + ("draws rows, not tapes; set generator.mixing.rule=tape." if self.consumes == "sequences"
+                                 else "draws tapes of episodes; choose another mixing rule (e.g. fraction)."))
+        self.mixing = Mixing(mixing)
         self.mixing.real_rows(agent.config.batch_size)  # a rule that cannot fill the agent's batch fails here
         self.rng = torch.Generator(device=self.device).manual_seed(config.seed)
         self.epoch = 0
+        self.next_generation: Optional[int] = 0 if generator is not None else None  # update before which it runs
+        if hasattr(agent, "set_total_updates"):  # schedules over the run's updates (NEUBAY's cosine rates)
+            agent.set_total_updates(config.epochs * config.updates_per_epoch)
         self.history: list[dict] = []  # evaluation results, one per evaluated epoch
 
     # ----------------------------------------------------------------------------------- loop
@@ -197,22 +225,22 @@ class Trainer:
     def _generator_settings(self) -> Optional[dict]:
         return asdict(self.generator.config) if self.generator is not None else None
 
-    def _generate(self, record: dict) -> None:
-        """One generation into the synthetic buffer, from the agent's current policy."""
+    def _generate(self, record: dict, step: int) -> None:
+        """One generation into the synthetic buffer, from the agent's current policy, before update
+        ``step``; sets when the next one is due (`next_generation_after`)."""
         start = time.perf_counter()
         n = len(self.real)
         real = {key: value[:n] for key, value in self.real.data.items()}
         rows, stats = self.generator.generate(self.agent.policy, real, self.rng)
-        self.synthetic.add(**rows)
+        if isinstance(self.synthetic, SequenceBuffer):
+            self.synthetic.add_episodes(**rows)
+        else:
+            self.synthetic.add(**rows)
+        self.next_generation = next_generation_after(self.generator.config, step, stats["transitions"])
         elapsed = time.perf_counter() - start
         record["rollout"] = stats  # with several generations in one epoch, the last one's
         record["speed"]["rollout_transitions_per_s"] = stats["transitions"] / elapsed
         record["speed"]["generations"] = record["speed"].get("generations", 0) + 1
-
-    def _due(self, step: int) -> bool:
-        """Whether the generator runs before update number ``step`` (counted from 0 over the run)."""
-        every = self.generator.config.every
-        return step == 0 if every == 0 else step % every == 0
 
     def _run_epoch(self, bar) -> dict:
         cfg, agent = self.config, self.agent
@@ -221,10 +249,11 @@ class Trainer:
         update_seconds = 0.0
         first = self.epoch * cfg.updates_per_epoch
         for step in range(first, first + cfg.updates_per_epoch):
-            if self.generator is not None and self._due(step):
-                self._generate(record)
+            if self.next_generation is not None and step >= self.next_generation:
+                self._generate(record, step)
             start = time.perf_counter()
-            batch = self.mixing.sample(self.real, self.synthetic, agent.config.batch_size, self.rng)
+            batch = self.mixing.sample(self.real if self.real_sequences is None else self.real_sequences,
+                                       self.synthetic, agent.config.batch_size, self.rng)
             for key, value in agent.update(batch).items():
                 sums[key] = sums[key] + value if key in sums else value
             update_seconds += time.perf_counter() - start
@@ -245,9 +274,9 @@ class Trainer:
                 f"Try lower learning rates, a smaller horizon or more real data (generator.mixing.real_ratio).")
 
     def evaluate(self, episodes: int) -> dict:
-        """The deterministic policy in the real env; seeds depend on the run seed and the epoch only."""
+        """The deterministic episode policy in the real env; seeds depend on the run seed and the epoch only."""
         seed = int(np.random.SeedSequence([self.config.seed, self.epoch]).generate_state(1)[0] % 2**31)
-        return evaluate_policy(lambda obs: self.agent.act(obs, deterministic=True), self.env, episodes, seed)
+        return evaluate_policy(self.agent.episode_policy(deterministic=True), self.env, episodes, seed)
 
     def summary(self) -> dict:
         """Final and last-ten mean normalised scores (as OfflineRL-Kit reports), never only the best."""
@@ -268,6 +297,7 @@ class Trainer:
             "generator_config": self._generator_settings(),
             "generator": self.generator.state_dict() if self.generator is not None else None,
             "synthetic_buffer": self.synthetic.state_dict() if self.synthetic is not None else None,
+            "next_generation": self.next_generation,
             "trainer_config": asdict(self.config),
             "dataset": {"source": str(self.dataset.source), "fingerprint": self.dataset.fingerprint()},
             "history": self.history,
@@ -302,6 +332,10 @@ class Trainer:
             self.generator.load_state_dict(state["generator"])
             self.synthetic.load_state_dict(state["synthetic_buffer"])
         self.epoch, self.history = state["epoch"], state["history"]
+        if self.generator is not None:
+            self.next_generation = (state["next_generation"] if "next_generation" in state else
+                                    _next_generation_by_every(self.generator.config.every,
+                                                              self.epoch * self.config.updates_per_epoch))
         rng = state["rng"]
         self.rng.set_state(rng["trainer"])
         torch.set_rng_state(rng["torch"])
@@ -309,6 +343,27 @@ class Trainer:
             torch.cuda.set_rng_state_all(rng["cuda"])
         set_numpy_rng_state(rng["numpy"])
         set_python_rng_state(rng["python"])
+
+
+def next_generation_after(generator_config, step: int, transitions: float) -> Optional[int]:
+    """The update before which the generator runs next, after a generation of ``transitions`` rows
+    before update ``step``: ``step + max(1, ceil(utd * transitions))`` where the config sets ``utd``
+    (NEUBAY's update-to-data ratio, ``math.ceil`` as its code), else ``step + every`` where ``every`` > 0,
+    else never (None)."""
+    utd = getattr(generator_config, "utd", None)
+    if utd is not None:
+        return step + max(1, math.ceil(utd * transitions))
+    every = generator_config.every
+    return step + every if every > 0 else None
+
+
+def _next_generation_by_every(every: int, step: int) -> Optional[int]:
+    """The next generation at or after update ``step`` under the ``every`` schedule (generations at
+    0, every, 2 every, ...; only at 0 when every is 0): for checkpoints written before
+    ``next_generation`` was saved."""
+    if every > 0:
+        return -(-step // every) * every
+    return 0 if step == 0 else None
 
 
 def _with_defaults(config_class, saved: dict) -> dict:
@@ -337,3 +392,7 @@ def check_trainer_parts(agent, dataset, config, generator) -> None:
     if generator is not None and not isinstance(generator, Generator):
         raise InputTypeError(f"Trainer's generator must be a generator (mbrl_offline.roles.Generator) or None, got "
                              f"{type_name(generator)}; build one with mbrl_offline.generators.build_generator.")
+    consumes = getattr(agent, "consumes", "transitions")
+    if generator is not None and generator.produces != consumes:
+        raise ConfigError(f"the generator produces {generator.produces}, but {agent.name} learns from {consumes}; "
+                          f"choose a generator that produces {consumes}.")

@@ -6,6 +6,11 @@ the agent allows it: the roles' members (`mbrl_offline.roles`), the shapes and b
 the policy's samples, a log-probability differentiable in the actions, finite scalar metrics from
 ``update``, a state round trip, exact resume after an interrupted run, per-row loss weights honoured
 (the ``weights`` mixing rule), and a bad setting refused with one line.
+
+Agents of sequences (``consumes == "sequences"``, recurrent policies) meet the same contract on tapes:
+`history_inputs` for ``sample``/``log_prob`` (a whole history equals stepping with the carried state),
+the ``tape`` mixing rule with ``generator=none`` too, and per-row weights on tapes. Until NEUBAY is
+registered, a fake recurrent agent (`sequence_fakes.FakeRecurrent`, registered here) runs those cases.
 """
 import copy
 import dataclasses
@@ -13,6 +18,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from sequence_fakes import FakeRecurrent, FakeRecurrentConfig, FakeSequenceGenerator, FakeSequenceGeneratorConfig
 
 from mbrl_offline import build_run, load_dataset
 from mbrl_offline.buffer import MixingConfig
@@ -22,11 +28,23 @@ from mbrl_offline.config import config_to_dataclass
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import GENERATORS, NoGeneratorConfig
 from mbrl_offline.models.dynamics import DynamicsConfig
-from mbrl_offline.roles import Agent, Generator, Mixing, Policy
+from mbrl_offline.roles import Agent, EpisodePolicy, Generator, Mixing, Policy, history_inputs
 from mbrl_offline.trainer import TrainerConfig
 
 TINY_DYNAMICS = DynamicsConfig(ensemble_size=3, num_elites=2, hidden_size=16, hidden_layers=2,
                                weight_decay=(0.0, 0.0, 0.0), min_epochs=0, max_epochs=2)
+
+
+FAKE = "fake-recurrent"  # the fake agent of sequences, registered for every test here
+
+
+@pytest.fixture(autouse=True)
+def fake_sequence_agent(monkeypatch):
+    monkeypatch.setitem(ALGORITHMS, FAKE, (FakeRecurrent, FakeRecurrentConfig))
+    monkeypatch.setitem(GENERATORS, "fake-sequences", (FakeSequenceGeneratorConfig, FakeSequenceGenerator))
+
+
+NAMES = sorted(ALGORITHMS) + ([FAKE] if FAKE not in ALGORITHMS else [])
 
 
 @pytest.fixture(scope="module")
@@ -49,10 +67,13 @@ def tiny(name: str, generator: str = "published", mixing=None):
     published = agent_cls.published_generator()
     if published.kind == "none":
         return config, published
-    return config, dataclasses.replace(published, every=10, dynamics=TINY_DYNAMICS,
-                                       rollout=dataclasses.replace(published.rollout, rollouts_per_epoch=40,
-                                                                   retain_epochs=2),
-                                       mixing=mixing or published.mixing)
+    fields = {f.name for f in dataclasses.fields(published)}
+    changes = {"every": 10, "mixing": mixing or published.mixing}
+    if "dynamics" in fields:
+        changes["dynamics"] = TINY_DYNAMICS
+    if "rollout" in fields:
+        changes["rollout"] = dataclasses.replace(published.rollout, rollouts_per_epoch=40, retain_epochs=2)
+    return config, dataclasses.replace(published, **changes)
 
 
 def trainer_for(name, data, cache, run_dir, generator="published", epochs=2, callbacks=(), mixing=None):
@@ -62,8 +83,23 @@ def trainer_for(name, data, cache, run_dir, generator="published", epochs=2, cal
     return build_run(name, data, config, generator_config, settings, cache_dir=cache, callbacks=list(callbacks))
 
 
-CASES = [(name, generator) for name, (agent_cls, _) in sorted(ALGORITHMS.items())
-         for generator in ("published", "none") if not (generator == "none" and agent_cls.needs_dynamics)]
+def real_source(trainer):
+    """The real buffer batches are drawn from: the dataset's episodes for an agent of sequences."""
+    return trainer.real_sequences if trainer.agent.consumes == "sequences" else trainer.real
+
+
+def policy_inputs(agent, data, n):
+    """``(inputs, starts)`` for the policy's ``sample``/``log_prob`` on ``n`` dataset rows: observations
+    (feed-forward), or `history_inputs` rows of episode starts ``(n, D)`` (recurrent)."""
+    obs = torch.as_tensor(data.observations[:n])
+    if not agent.policy.recurrent:
+        return obs, None
+    starts = torch.ones(n, dtype=torch.bool)
+    return history_inputs(obs, torch.as_tensor(data.actions[:n]), torch.as_tensor(data.rewards[:n]), starts), starts
+
+
+CASES = [(name, generator) for name in NAMES for generator in ("published", "none")
+         if not (generator == "none" and name != FAKE and ALGORITHMS[name][0].needs_dynamics)]
 
 
 @pytest.mark.parametrize("name, generator", CASES)
@@ -71,9 +107,12 @@ def test_agent_meets_the_roles(name, generator, data, cache, tmp_path):
     trainer = trainer_for(name, data, cache, tmp_path / "run", generator)
     agent = trainer.agent
     assert isinstance(agent, Agent) and isinstance(agent.policy, Policy) and isinstance(trainer.mixing, Mixing)
-    assert agent.name == name and agent.consumes == "transitions"
+    assert agent.name == name and agent.consumes in ("transitions", "sequences")
+    assert (trainer.mixing.config.rule == "tape") == (agent.consumes == "sequences")
     if trainer.generator is not None:
-        assert isinstance(trainer.generator, Generator)
+        assert isinstance(trainer.generator, Generator) and trainer.generator.produces == agent.consumes
+    recurrent = agent.policy.recurrent
+    assert agent.policy.input_dim == (data.obs_dim + data.act_dim + 1 if recurrent else data.obs_dim)
 
     low, high = (np.asarray(b) for b in trainer.env.action_bounds())
     one = agent.act(data.observations[0], deterministic=True)
@@ -81,15 +120,33 @@ def test_agent_meets_the_roles(name, generator, data, cache, tmp_path):
     assert one.shape == (data.act_dim,) and batch.shape == (7, data.act_dim)
     assert (batch >= low - 1e-6).all() and (batch <= high + 1e-6).all()
 
-    obs = torch.as_tensor(data.observations[:7])
-    assert agent.policy.initial_state(7) is None or agent.policy.recurrent
-    actions, _ = agent.policy.sample(obs, agent.policy.initial_state(7))
+    obs, starts = policy_inputs(agent, data, 7)
+    assert agent.policy.initial_state(7) is None or recurrent
+    actions, _ = agent.policy.sample(obs, agent.policy.initial_state(7), starts)
     assert actions.shape == (7, data.act_dim) and torch.isfinite(actions).all()
     given = torch.as_tensor(data.actions[:7]).clone().requires_grad_(True)
-    log_prob = agent.policy.log_prob(obs, given)
+    log_prob = agent.policy.log_prob(obs, given, None, starts)
     assert log_prob.shape == (7,) and torch.isfinite(log_prob).all()
     (gradient,) = torch.autograd.grad(log_prob.sum(), given)
     assert torch.isfinite(gradient).all() and gradient.abs().sum() > 0  # guidance can follow it
+    if recurrent:  # a whole history (B, T, D) is the same as stepping through it with the carried state
+        tape = real_source(trainer).tape(12, torch.Generator().manual_seed(0))
+        previous = lambda v: torch.cat([torch.zeros_like(v[:1]), v[:-1]])  # noqa: E731  (x_k = [s_k, a_k-1, r_k-1])
+        steps = history_inputs(tape["observations"], previous(tape["actions"]), previous(tape["rewards"]),
+                               tape["starts"]).view(3, 4, -1)
+        flags = tape["starts"].view(3, 4)
+        whole = agent.policy.log_prob(steps, given[:3].detach(), agent.policy.initial_state(3), flags)
+        _, state = agent.policy.sample(steps[:, :3], agent.policy.initial_state(3), flags[:, :3])
+        stepped = agent.policy.log_prob(steps[:, 3], given[:3].detach(), state, flags[:, 3])
+        torch.testing.assert_close(whole, stepped)
+
+    episode_policy = agent.episode_policy(deterministic=True)
+    assert isinstance(episode_policy, EpisodePolicy)
+    episode_policy.reset(7)
+    first = episode_policy(data.observations[:7], np.zeros(7, np.float32), np.ones(7, bool), np.arange(7))
+    assert first.shape == (7, data.act_dim) and (first >= low - 1e-6).all() and (first <= high + 1e-6).all()
+    if not recurrent:  # feed-forward: act itself, bit for bit
+        assert np.array_equal(first, agent.act(data.observations[:7], deterministic=True))
 
     trainer.train()
     if trainer.generator is not None:
@@ -99,11 +156,12 @@ def test_agent_meets_the_roles(name, generator, data, cache, tmp_path):
     assert np.array_equal(copy.act(data.observations[:7], deterministic=True),
                           agent.act(data.observations[:7], deterministic=True))
 
-    metrics = agent.update(trainer.mixing.sample(trainer.real, trainer.synthetic, agent.config.batch_size, trainer.rng))
+    metrics = agent.update(trainer.mixing.sample(real_source(trainer), trainer.synthetic, agent.config.batch_size,
+                                                 trainer.rng))
     assert metrics and all(v.dim() == 0 and torch.isfinite(v) for v in metrics.values())
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+@pytest.mark.parametrize("name", NAMES)
 def test_an_interrupted_run_resumes_exactly(name, data, cache, tmp_path):
     class Interrupt(Exception):
         pass
@@ -142,13 +200,16 @@ def learned_tensors(agent) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+@pytest.mark.parametrize("name", NAMES)
 def test_agent_honours_per_row_loss_weights(name, data, cache, tmp_path):
     """From the same state and seed: weights of 1/B train as no weights do; rows of weight 0 change
     nothing, whatever they hold; and a run under the weights rule trains with finite metrics."""
+    sequences = ALGORITHMS[name][0].consumes == "sequences"
     trainer = trainer_for(name, data, cache, tmp_path / "run", epochs=1,
-                          mixing=MixingConfig(rule="weights", kappa=0.3))
+                          mixing=MixingConfig(rule="tape" if sequences else "weights", kappa=0.3))
     agent, rows = trainer.agent, trainer.agent.config.batch_size
+    if sequences:
+        return check_tape_weights(trainer, name)
     batch = trainer.real.sample(rows, torch.Generator().manual_seed(0))
     batch["synthetic"] = torch.arange(rows) % 2 == 1  # MOBILE penalises these rows' targets
 
@@ -190,7 +251,41 @@ def test_agent_honours_per_row_loss_weights(name, data, cache, tmp_path):
     assert all(np.isfinite(v) for v in trainer.history[-1].values() if isinstance(v, float))
 
 
-@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def check_tape_weights(trainer, name):
+    """The weights check on tapes: rewards at rows of weight 0 (an episode's final row, the tape's
+    last, and rows given weight 0) change nothing, since a reward enters only its own row's loss and
+    the next row's input, which is zeroed at a start; other weights change the update."""
+    agent, rows = trainer.agent, trainer.agent.config.batch_size
+    tape = trainer.real_sequences.tape(rows, torch.Generator().manual_seed(0))
+    tape["synthetic"] = torch.arange(rows) % 2 == 1
+    tape["weights"] = torch.ones(rows) / rows
+
+    def updated(batch):
+        copied = copy.deepcopy(agent)
+        torch.manual_seed(1)
+        for _ in range(2):
+            copied.update(batch)
+        return learned_tensors(copied)
+
+    plain = updated(tape)
+    assert any(not torch.equal(x, y) for x, y in zip(plain, learned_tensors(agent)))
+    weights = torch.rand(rows, generator=torch.Generator().manual_seed(2))
+    ignored = torch.zeros(rows, dtype=torch.bool)
+    ignored[-1] = True
+    ignored[:-1] |= tape["starts"][1:]  # rows before a start: their rewards reach no input
+    weights[ignored] = 0.0
+    weighted = {**tape, "weights": weights / weights.sum()}
+    result = updated(weighted)
+    other = {**weighted, "rewards": torch.where(ignored, torch.randn(rows) * 3, tape["rewards"])}
+    assert not torch.equal(other["rewards"], tape["rewards"])
+    for x, y in zip(updated(other), result):
+        assert torch.allclose(x, y, rtol=1e-5, atol=1e-7), f"{name}: {(x - y).abs().max()}"
+    assert any(not torch.allclose(x, y) for x, y in zip(result, plain))  # the weights changed the update
+    trainer.train()  # the tape rule through the trainer
+    assert all(np.isfinite(v) for v in trainer.history[-1].values() if isinstance(v, float))
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_bad_settings_are_refused_in_one_line(name):
     _, config_cls = ALGORITHMS[name]
     for settings, message in (({"batch_size": 0}, "algo.batch_size must be at least 1, got 0."),

@@ -210,3 +210,160 @@ def test_extra_fields_of_the_synthetic_rows_are_filled_in_the_real_rows(rule, de
         only_real = all_real.sample(real, other, 64)
         assert set(only_real) == set(batch) and not only_real["synthetic"].any()
         assert torch.isnan(only_real["u"]).all() and (only_real["member"] == -1).all() and not only_real["flag"].any()
+
+
+# ------------------------------------------------------------------ sequences: add_episodes, tapes, the tape rule
+def episode(n: int, first: float, synthetic=None):
+    """An episode of n recognisable rows (rewards first, first + 1, ...), whose next observations are
+    the observations shifted by 0.5 (so the final row of a tape is recognisable too)."""
+    out = rows(n, first)
+    out["next_observations"] = out["observations"] + 0.5
+    if synthetic is not None:
+        out["synthetic"] = torch.full((n,), synthetic)
+    return out
+
+
+def concatenated(episodes):
+    """Episodes as a generator returns them: fields concatenated and ``starts`` at each first row."""
+    out = {k: torch.cat([e[k] for e in episodes]) for k in episodes[0]}
+    out["starts"] = torch.cat([torch.arange(len(e["rewards"])) == 0 for e in episodes])
+    return out
+
+
+def test_add_episodes_splits_by_starts_as_add_episode_does(device):
+    rng = np.random.default_rng(1)
+    episodes = [episode(int(rng.integers(1, 9)), 100.0 * e) for e in range(12)]  # ~55 rows through 30
+    one_by_one, together = SequenceBuffer(30, OBS, ACT, device), SequenceBuffer(30, OBS, ACT, device)
+    for e in episodes[:3]:
+        one_by_one.add_episode(**e)
+    for e in episodes[3:]:
+        one_by_one.add_episode(**e)
+    together.add_episodes(**concatenated(episodes[:3]))
+    together.add_episodes(**concatenated(episodes[3:]))  # more rows than the buffer holds: the newest fit
+    assert list(together.episode_lengths) == list(one_by_one.episode_lengths)
+    assert (together.first, together.total_added) == (one_by_one.first, one_by_one.total_added)
+    for a, b in ((together.state_dict()["rows"], one_by_one.state_dict()["rows"]),):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    everywhere = torch.arange(together.first, together.total_added, device=device)
+    a, b = together.windows(everywhere, 5), one_by_one.windows(everywhere, 5)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    stored = [len(e["rewards"]) for e in episodes]
+    assert list(together.episode_lengths) == stored[len(stored) - together.num_episodes:]
+    with pytest.raises(ValueError, match="first row of the sequences must start an episode"):
+        together.add_episodes(**{**concatenated(episodes[:2]), "starts": torch.zeros(
+            len(episodes[0]["rewards"]) + len(episodes[1]["rewards"]), dtype=torch.bool)})
+
+
+def slow_tape(stored: list[dict], draws: list[int], length: int) -> dict:
+    """A port of NEUBAY's ``TapeBuffer.sample`` with Python lists: for each drawn episode (index into
+    the stored ones, oldest first) its rows and then its final row, until ``length`` rows, cut."""
+    out = {k: [] for k in (*stored[0], "starts", "final")}
+    for i in draws:
+        e = stored[i]
+        n = len(e["rewards"])
+        for t in range(n + 1):
+            final = t == n
+            for k, v in e.items():
+                out[k].append(v[n - 1] if final else v[t])
+            if final:
+                out["observations"][-1] = e["next_observations"][n - 1]
+            out["starts"].append(torch.tensor(t == 0))
+            out["final"].append(torch.tensor(final))
+        if len(out["rewards"]) >= length:
+            break
+    assert len(out["rewards"]) >= length, "too few draws for the tape"
+    return {k: torch.stack(v)[:length] for k, v in out.items()}
+
+
+def test_tape_matches_a_port_of_the_official_sampler_after_eviction_and_wrap_around(device):
+    rng = np.random.default_rng(2)
+    buffer, reference = SequenceBuffer(40, OBS, ACT, device, extra_fields={"synthetic": ((), torch.bool)}), Reference(40)
+    for e in range(25):  # ~125 rows through 40: evicted whole, stored across the ring's end
+        ep = episode(int(rng.integers(1, 9)), 100.0 * e, synthetic=bool(e % 2))
+        buffer.add_episode(**ep)
+        reference.add(ep)
+    stored = [e for _, e in reference.episodes]
+    assert buffer.num_episodes == len(stored) and buffer.first % 40 != 0  # the ring has wrapped
+    for length in (1, 7, 23, 60):
+        draws = rng.integers(0, len(stored), 40).tolist()
+        got = buffer.tape(length, episode_ids=torch.tensor(draws, device=device))
+        want = slow_tape(stored, draws, length)
+        assert set(got) == set(want)
+        for key, value in want.items():
+            assert torch.equal(got[key].cpu(), value), (length, key)
+    # drawn: every tape starts at a start, its final rows hold the next observations, only the last episode is cut
+    tape = buffer.tape(200, torch.Generator(device).manual_seed(0))
+    assert tape["starts"][0] and tape["observations"].shape == (200, OBS) and tape["synthetic"].dtype == torch.bool
+    before_start = torch.cat([tape["starts"][1:], torch.ones(1, dtype=torch.bool, device=device)])
+    assert torch.equal(tape["final"][:-1], before_start[:-1])  # a final row comes right before each start
+    torch.testing.assert_close(tape["observations"][tape["final"]], tape["next_observations"][tape["final"]])
+    plain = SequenceBuffer(10, OBS, ACT, device)
+    plain.add_episode(**episode(3, 0.0))
+    assert not plain.tape(8)["synthetic"].any()  # no synthetic field stored: every row real
+
+
+def test_tapes_are_uniform_over_episodes_not_rows(device):
+    buffer = SequenceBuffer(100, OBS, ACT, device)
+    buffer.add_episode(**episode(1, 0.0))
+    buffer.add_episode(**episode(39, 1000.0))
+    rng = torch.Generator(device).manual_seed(0)
+    firsts = torch.stack([buffer.tape(3, rng)["rewards"][0] for _ in range(2000)])
+    share = (firsts == 0.0).float().mean().item()  # row-uniform would give 1/40; sd of the share ~ 0.011
+    assert abs(share - 0.5) < 0.05
+    assert torch.isin(firsts, torch.tensor([0.0, 1000.0], device=device)).all()  # a tape starts at a start
+
+
+def hand_weights(starts, synthetic, kappa):
+    """The tape rule's weights written out with loops (the contract's formula)."""
+    T = len(starts)
+    m = [(not starts[k + 1]) if k < T - 1 else False for k in range(T)]
+    n_real = sum(1 for k in range(T) if m[k] and not synthetic[k])
+    n_fake = sum(1 for k in range(T) if m[k] and synthetic[k])
+    return [0.0 if not m[k] else (kappa / max(1, n_real) if not synthetic[k] else (1 - kappa) / max(1, n_fake))
+            for k in range(T)]
+
+
+@pytest.mark.parametrize("starts, synthetic", [
+    ([1, 0, 0, 1, 0, 0, 0, 1, 0], [0, 0, 0, 1, 1, 1, 1, 0, 0]),  # both groups, a final row before each start
+    ([1, 0, 0, 0, 1, 0], [0, 0, 0, 0, 0, 0]),  # no synthetic row: the empty group weighs nothing
+    ([1, 0, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]),  # no real row; a one-row "episode" (only its final row)
+])
+def test_tape_weights_match_a_hand_computation(starts, synthetic, device):
+    from mbrl_offline.buffer import tape_weights
+
+    kappa = 0.3
+    got = tape_weights(torch.tensor(starts, dtype=torch.bool, device=device),
+                       torch.tensor(synthetic, dtype=torch.bool, device=device), kappa)
+    want = hand_weights([bool(s) for s in starts], [bool(s) for s in synthetic], kappa)
+    torch.testing.assert_close(got.cpu(), torch.tensor(want))
+    assert got[-1] == 0 and (got[torch.tensor(starts[1:] + [1], dtype=torch.bool, device=device)] == 0).all()
+    if not any(synthetic):
+        assert got.sum().item() == pytest.approx(kappa)
+    # the first case by hand: masked rows 0, 1, 7 (real) and 3, 4, 5 (synthetic); 2 and 6 precede a start
+    if len(starts) == 9:
+        torch.testing.assert_close(got.cpu(), torch.tensor([0.1, 0.1, 0, 0.7 / 3, 0.7 / 3, 0.7 / 3, 0, 0.1, 0]))
+
+
+def test_tape_rule_draws_from_the_synthetic_sequences_or_else_the_real_ones(device):
+    real = SequenceBuffer(50, OBS, ACT, device)
+    for e in range(4):
+        real.add_episode(**episode(5, 100.0 * e))
+    synthetic = SequenceBuffer(50, OBS, ACT, device, extra_fields={"synthetic": ((), torch.bool)})
+    mixing = Mixing(MixingConfig(rule="tape", kappa=0.25))
+    assert mixing.real_rows(64) is None
+    for empty in (None, synthetic):  # no synthetic data yet: a tape of the dataset, every row real
+        tape = mixing.sample(real, empty, 16, torch.Generator(device).manual_seed(0))
+        assert (tape["rewards"] < 1000).all() and not tape["synthetic"].any() and "final" in tape
+        torch.testing.assert_close(tape["weights"], tape_weights_of(tape, 0.25))
+    synthetic.add_episodes(**concatenated([episode(6, 1000.0, synthetic=False), episode(3, 2000.0, synthetic=True)]))
+    tape = mixing.sample(real, synthetic, 40, torch.Generator(device).manual_seed(0))
+    assert (tape["rewards"] >= 1000).all() and torch.equal(tape["synthetic"], tape["rewards"] >= 2000)
+    torch.testing.assert_close(tape["weights"], tape_weights_of(tape, 0.25))
+    assert tape["weights"][~tape["synthetic"]].sum().item() == pytest.approx(0.25)
+    with pytest.raises(ConfigError, match="mixing.rule=tape draws tapes of episodes from sequence buffers"):
+        mixing.sample(TransitionBuffer(5, OBS, ACT, device), None, 4)
+
+
+def tape_weights_of(tape, kappa):
+    return torch.tensor(hand_weights(tape["starts"].tolist(), tape["synthetic"].tolist(), kappa),
+                        device=tape["starts"].device)

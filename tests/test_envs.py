@@ -53,3 +53,12 @@ def test_termination_function_agrees_with_env_step(name):
 def test_termination_functions_take_batched_leading_dimensions():
     obs = torch.zeros(4, 5, 11)
     assert get_env_info("hopper").termination_fn(obs).shape == (4, 5)
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+def test_max_episode_steps_is_gymnasiums_time_limit(name):
+    import gymnasium as gym
+
+    info = get_env_info(name)
+    assert info.max_episode_steps == gym.spec(info.gym_id).max_episode_steps
+    assert info.max_episode_steps == (200 if name == "pendulum" else 1000)

@@ -1,6 +1,7 @@
 """The shared trainer: exact resume, checkpoints, the divergence guard and logs."""
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -156,3 +157,176 @@ def test_a_run_saved_before_settings_were_added_resumes_with_their_defaults(data
     atomic_torch_save(state, path)
     with pytest.raises(CheckpointError, match=r"other generator settings \(rollout\)"):
         make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=3).train(resume=True)
+
+
+# ------------------------------------------------------------------ sequences: UTD schedule, tapes, episode policies
+from sequence_fakes import FakeRecurrent, FakeRecurrentConfig, FakeSequenceGenerator, FakeSequenceGeneratorConfig  # noqa: E402
+
+from mbrl_offline.buffer import SequenceBuffer  # noqa: E402
+from mbrl_offline.errors import ConfigError  # noqa: E402
+from mbrl_offline.evaluation import evaluate_policy  # noqa: E402
+from mbrl_offline.generators import NoGeneratorConfig  # noqa: E402
+from mbrl_offline.trainer import Trainer  # noqa: E402
+
+
+def sequence_trainer(data, run_dir, epochs=3, generator=FakeSequenceGeneratorConfig(), **settings):
+    """A trainer of the fake recurrent agent with the fake sequence generator (None: generator=none),
+    whose generations are recorded as (update count when called, transitions)."""
+    torch.manual_seed(0)
+    agent = FakeRecurrent.for_dataset(data, FakeRecurrentConfig())
+    fake = FakeSequenceGenerator.for_dataset(generator, data) if generator is not None else None
+    trainer = Trainer(agent, data, TrainerConfig(**{**dict(epochs=epochs, updates_per_epoch=10, eval_every=epochs,
+                                                           eval_episodes=1, run_dir=str(run_dir), progress=False,
+                                                           tensorboard=False), **settings}), fake)
+    trainer.generated_at, trainer.tapes = [], []
+    if fake is not None:
+        generate = fake.generate
+
+        def recorded(policy, real, rng=None):
+            trainer.generated_at.append(agent.updates)
+            return generate(policy, real, rng)
+        fake.generate = recorded
+    update = agent.update
+
+    def recording(tape):
+        trainer.tapes.append({k: v.clone() for k, v in tape.items()})
+        return update(tape)
+    agent.update = recording
+    return trainer
+
+
+def utd_steps(first_steps, transitions, utd):
+    """The generation steps the UTD schedule gives: 0, then + max(1, ceil(utd * n)) after each."""
+    steps = [0]
+    for n in transitions[:-1]:
+        steps.append(steps[-1] + max(1, math.ceil(utd * n)))
+    return steps
+
+
+@pytest.mark.parametrize("utd", [0.5, 0.0])
+def test_the_utd_schedule_generates_after_ceil_utd_times_the_rows(data, tmp_path, utd):
+    generator = FakeSequenceGeneratorConfig(utd=utd)
+    trainer = sequence_trainer(data, tmp_path / "run", generator=generator)
+    trainer.train()
+    log, steps = trainer.generator.log, trainer.generated_at
+    assert steps == utd_steps(steps, log, utd) and len(steps) == len(log) >= (3 if utd else 30)
+    assert steps[-1] < 30 <= trainer.next_generation == steps[-1] + max(1, math.ceil(utd * log[-1]))
+    assert len(set(log)) > 1  # the generations' sizes differ, so the schedule follows them
+    assert trainer.agent.total_updates == [30]  # set_total_updates: once, with the run's updates
+    assert isinstance(trainer.synthetic, SequenceBuffer)
+    assert len(trainer.synthetic) == sum(log) if sum(log) <= 200 else 180 < len(trainer.synthetic) <= 200  # FIFO
+    assert trainer.mixing.config.rule == "tape" and trainer.agent.episode_policies == [True]
+    tape = trainer.tapes[-1]
+    assert tape["observations"].shape == (24, data.obs_dim) and tape["starts"][0]
+    assert tape["synthetic"].any() and (~tape["synthetic"]).any()  # real prefixes and imagined rows
+    torch.testing.assert_close(tape["weights"][~tape["synthetic"]].sum(), torch.tensor(0.3))
+    assert read_checkpoint(tmp_path / "run" / "checkpoint.pt")["next_generation"] == trainer.next_generation
+
+
+def test_a_sequence_run_resumes_exactly_with_its_generation_schedule(data, tmp_path):
+    straight = sequence_trainer(data, tmp_path / "straight", epochs=4, eval_every=2)
+    straight.train()
+    first = sequence_trainer(data, tmp_path / "resumed", epochs=2, eval_every=2)
+    first.train()
+    resumed = sequence_trainer(data, tmp_path / "resumed", epochs=4, eval_every=2)
+    resumed.train(resume=True)
+    assert first.generated_at + resumed.generated_at == straight.generated_at
+    assert resumed.next_generation == straight.next_generation
+    for a, b in zip(straight.agent.net.parameters(), resumed.agent.net.parameters()):
+        assert torch.equal(a, b)
+    a, b = straight.synthetic.state_dict(), resumed.synthetic.state_dict()
+    assert a["episode_lengths"] == b["episode_lengths"] and all(torch.equal(a["rows"][k], b["rows"][k]) for k in a["rows"])
+    assert len(straight.history) == 2
+    assert [h["normalized_score"] for h in straight.history] == [h["normalized_score"] for h in resumed.history]
+
+
+@pytest.mark.parametrize("every, expected", [(7, 21), (0, None)])
+def test_a_checkpoint_without_next_generation_derives_it_from_every(data, tmp_path, every, expected):
+    """Checkpoints written before the schedule was saved: generations at 0, every, 2 every, ... (after
+    20 updates with every 7: 21), or only at 0."""
+    generator = FakeSequenceGeneratorConfig(utd=None, every=every)
+    trainer = sequence_trainer(data, tmp_path / "run", epochs=2, generator=generator)
+    trainer.train()
+    assert trainer.generated_at == ([0, 7, 14] if every else [0]) and trainer.next_generation == expected
+    path = tmp_path / "run" / "checkpoint.pt"
+    state = torch.load(path, weights_only=False)
+    del state["next_generation"]
+    atomic_torch_save(state, path)
+    again = sequence_trainer(data, tmp_path / "run", epochs=2, generator=generator)
+    again.next_generation = -1
+    again.load_checkpoint(path)
+    assert again.next_generation == expected
+
+
+def test_a_sequence_agent_without_a_generator_learns_from_tapes_of_the_dataset(data, tmp_path):
+    trainer = sequence_trainer(data, tmp_path / "run", epochs=1, generator=None)
+    assert trainer.mixing.config.rule == "tape" and trainer.mixing.config.kappa == 1.0
+    assert trainer.real_sequences.num_episodes == data.num_episodes and trainer.synthetic is None
+    trainer.train()
+    assert len(trainer.tapes) == 10
+    for tape in trainer.tapes:
+        assert not tape["synthetic"].any() and tape["weights"].sum().item() == pytest.approx(1.0)
+        assert tape["starts"][0] and (tape["weights"][tape["final"]] == 0).all()
+
+
+def test_mismatched_sequences_and_transitions_are_refused(data, tmp_path):
+    with pytest.raises(ConfigError, match="the generator produces sequences, but ravl learns from transitions"):
+        agent = build_run("ravl", data, TINY, NoGeneratorConfig(), TrainerConfig(run_dir=str(tmp_path / "a"),
+                                                                                  progress=False)).agent
+        Trainer(agent, data, TrainerConfig(run_dir=str(tmp_path / "a")),
+                FakeSequenceGenerator.for_dataset(FakeSequenceGeneratorConfig(), data))
+    rows_rule = FakeSequenceGeneratorConfig(mixing=MixingConfig(rule="fraction", real_ratio=0.5))
+    with pytest.raises(ConfigError, match="fake-recurrent learns from sequences, and mixing.rule=fraction draws rows"):
+        sequence_trainer(data, tmp_path / "b", generator=rows_rule)
+
+
+class CounterPolicy:
+    """An episode policy whose state is its step counter per episode: action = a function of it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def reset(self, episodes):
+        self.count = np.zeros(episodes, dtype=np.int64)
+
+    def __call__(self, observations, rewards, starts, rows):
+        self.calls.append((rows.copy(), starts.copy(), rewards.copy()))
+        assert (starts == (self.count[rows] == 0)).all()
+        actions = self.action(self.count[rows])
+        self.count[rows] += 1
+        return actions
+
+    @staticmethod
+    def action(count):
+        return (0.3 * np.sin(count / 3.0)).astype(np.float32)[:, None]
+
+
+def test_evaluation_carries_the_episode_policys_state_through_each_episode():
+    """Episodes of different lengths (InvertedPendulum falls at different steps): each one sees its own
+    counter, the previous step's reward and the start flag; replaying the actions gives the same returns."""
+    from mbrl_offline.data.envs import get_env_info
+
+    env = get_env_info("inverted-pendulum")
+    policy = CounterPolicy()
+    result = evaluate_policy(policy, env, episodes=3, seed=5)
+    lengths = policy.count.tolist()
+    assert len(set(lengths)) > 1 and lengths == [sum(i in rows for rows, _, _ in policy.calls) for i in range(3)]
+    assert (policy.calls[0][1]).all() and not any(s.any() for _, s, _ in policy.calls[1:])
+    for i in range(3):  # the replay: same actions, same rewards fed back, same return
+        e = env.make()
+        e.reset(seed=5 + i)
+        total, previous = 0.0, 0.0
+        for t, (rows, _, rewards) in enumerate(c for c in policy.calls if i in c[0]):
+            assert rewards[list(rows).index(i)] == np.float32(previous)
+            _, previous, terminated, truncated, _ = e.step(CounterPolicy.action(np.array([t]))[0])
+            total += previous
+        assert total == result["returns"][i] and (terminated or truncated)
+
+
+def test_feed_forward_evaluation_is_bit_identical_to_calling_act(data, tmp_path):
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", generator=NoGeneratorConfig())
+    for _ in range(3):
+        trainer.agent.update(trainer.mixing.sample(trainer.real, None, 32, trainer.rng))
+    seed = int(np.random.SeedSequence([trainer.config.seed, trainer.epoch]).generate_state(1)[0] % 2**31)
+    before = evaluate_policy(lambda obs: trainer.agent.act(obs, deterministic=True), trainer.env, 2, seed)
+    assert trainer.evaluate(2) == before

@@ -170,7 +170,7 @@ class IQL(FeedForwardAgent):
 
     # ------------------------------------------------------------------ the policy role (with FeedForwardAgent's)
     @torch.no_grad()
-    def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
+    def sample(self, observations: torch.Tensor, state=None, starts=None) -> tuple[torch.Tensor, None]:
         """Actions for generators: sampled from the Gaussian actor (the mean for a deterministic one)."""
         return self._actions(observations, False), None
 
@@ -181,7 +181,7 @@ class IQL(FeedForwardAgent):
         std = self.log_std.detach().clamp(LOG_STD_MIN, LOG_STD_MAX).exp()
         return self.to_env_units(mean + std * torch.randn_like(mean))
 
-    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, obs: torch.Tensor, actions: torch.Tensor, state=None, starts=None) -> torch.Tensor:
         """log pi(a|s) of env-unit ``actions`` under the Gaussian actor ``(B,)``, differentiable in
         ``actions`` and in the actor's parameters (states are normalised here)."""
         mean = self.mean_action(self.normalise(obs))

@@ -210,11 +210,11 @@ class SAC(FeedForwardAgent):
 
     # ------------------------------------------------------------------ the policy role (with FeedForwardAgent's)
     @torch.no_grad()
-    def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
+    def sample(self, observations: torch.Tensor, state=None, starts=None) -> tuple[torch.Tensor, None]:
         """Actions sampled from the current policy (model rollouts sample, as RAVL's and MBPO's code)."""
         return self.actor(observations, with_log_prob=False)[0], None
 
-    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor, state=None, starts=None) -> torch.Tensor:
         """log pi(a|s) of given env-unit actions under the tanh-Gaussian actor, differentiable in them."""
         return self.actor.log_prob_of(observations, actions)
 

@@ -130,11 +130,11 @@ class TD3BC(FeedForwardAgent):
 
     # ------------------------------------------------------------------ the policy role (with FeedForwardAgent's)
     @torch.no_grad()
-    def sample(self, observations: torch.Tensor, state=None) -> tuple[torch.Tensor, None]:
+    def sample(self, observations: torch.Tensor, state=None, starts=None) -> tuple[torch.Tensor, None]:
         """Actions for generators: the deterministic policy pi(s) (TD3+BC has no stochastic one)."""
         return self.pi(self.normalise(observations)), None
 
-    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor, state=None, starts=None) -> torch.Tensor:
         """log N(a; pi(s), I), differentiable in ``actions``: the density policy-guided diffusion's code
         gives a deterministic TD3+BC actor (unit variance, in the env's action units)."""
         diff = actions - self.pi(self.normalise(observations))

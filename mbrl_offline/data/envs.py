@@ -32,6 +32,7 @@ class EnvInfo:
     dataset_size: int  # transitions in each rolled-out dataset (random, medium, expert)
     eval_every: int  # SAC steps between evaluations of the behaviour policy
     start_steps: int  # uniformly random actions before SAC starts acting and learning
+    max_episode_steps: int  # the env's time limit (Gymnasium's spec): NEUBAY's rollout horizon
 
     @property
     def termination_fn(self) -> TerminationFn:
@@ -55,7 +56,8 @@ class EnvInfo:
         return gym.make(self.gym_id, **kwargs)
 
 
-_MUJOCO = dict(expert_steps=1_000_000, dataset_size=1_000_000, eval_every=5_000, start_steps=10_000)
+_MUJOCO = dict(expert_steps=1_000_000, dataset_size=1_000_000, eval_every=5_000, start_steps=10_000,
+               max_episode_steps=1000)
 
 ENVS: dict[str, EnvInfo] = {
     info.name: info
@@ -65,11 +67,11 @@ ENVS: dict[str, EnvInfo] = {
         EnvInfo("walker2d", "Walker2d-v5", 17, 6, 1.629008, 4592.3, "walker2d-medium", **_MUJOCO),
         EnvInfo("ant", "Ant-v5", 105, 8, -325.6, 3879.7, "ant-medium", **_MUJOCO),
         EnvInfo("pendulum", "Pendulum-v1", 3, 1, -1207.555, -150.0, "pendulum-medium",
-                expert_steps=8_000, dataset_size=10_000, eval_every=200, start_steps=1_000),
+                expert_steps=8_000, dataset_size=10_000, eval_every=200, start_steps=1_000, max_episode_steps=200),
         # InvertedPendulum's returns are all-or-nothing (the pole falls early or stays up for 1000
         # steps), so its "medium" policy already balances: medium-replay is the data to improve on.
         EnvInfo("inverted-pendulum", "InvertedPendulum-v5", 4, 1, 5.23, 1000.0, "inverted-pendulum-medium-replay",
-                expert_steps=30_000, dataset_size=10_000, eval_every=250, start_steps=1_000),
+                expert_steps=30_000, dataset_size=10_000, eval_every=250, start_steps=1_000, max_episode_steps=1000),
     ]
 }
 
