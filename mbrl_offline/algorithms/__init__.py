@@ -12,6 +12,7 @@ from mbrl_offline.algorithms.iql import IQL, IQLConfig
 from mbrl_offline.algorithms.mobile import MOBILE, MOBILEConfig
 from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig
 from mbrl_offline.algorithms.mopo import MOPO, MOPOConfig
+from mbrl_offline.algorithms.neubay import NEUBAY, NEUBAYConfig
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.algorithms.td3bc import TD3BC, TD3BCConfig
@@ -20,7 +21,7 @@ from mbrl_offline.config import config_to_dataclass, did_you_mean
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 
-ALGORITHMS = {agent.name: (agent, agent.config_class) for agent in (RAVL, MOPO, MOBILE, COPlanner, TD3BC, IQL)}
+ALGORITHMS = {agent.name: (agent, agent.config_class) for agent in (RAVL, MOPO, MOBILE, COPlanner, TD3BC, IQL, NEUBAY)}
 
 
 def get_algorithm(name: str):
@@ -44,6 +45,6 @@ def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
     return agent, state
 
 
-__all__ = ["ALGORITHMS", "COPlanner", "COPlannerConfig", "IQL", "IQLConfig", "MOBILE", "MOBILEConfig", "MOPO", "MOPOConfig",
+__all__ = ["ALGORITHMS", "COPlanner", "COPlannerConfig", "IQL", "IQLConfig", "MOBILE", "MOBILEConfig", "MOPO", "MOPOConfig", "NEUBAY", "NEUBAYConfig",
            "OfflineRLKitSACConfig", "RAVL", "RAVLConfig", "SAC", "SACConfig", "TD3BC", "TD3BCConfig", "get_algorithm",
            "load_policy"]

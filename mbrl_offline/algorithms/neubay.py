@@ -1,5 +1,6 @@
-"""NEUBAY's agent: recurrent SAC on tapes of whole episodes (Ni et al. 2025, "Offline RL by reward-
-and-world-model Bayes": twni2016/neubay, ``online_rl/ac_{modules,losses}.py``, ``offline_cont.py``).
+"""NEUBAY's agent: recurrent SAC on tapes of whole episodes (Ni et al. 2025, "Long-Horizon Model-Based
+Offline Reinforcement Learning Without Conservatism"; official code twni2016/neubay,
+``online_rl/ac_{modules,losses}.py`` and ``offline_cont.py``).
 
 The actor and the critic each read the history through their own `RecurrentEncoder` (a per-row
 `Block` then a stacked LRU, or a GRU); the inputs are x_k = [s_k, a_{k-1}, r_{k-1}] (zeros for the
@@ -65,7 +66,7 @@ from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.networks import tanh_gaussian_draw, tanh_gaussian_log_prob, tanh_gaussian_log_prob_of
 from mbrl_offline.models.recurrent import ENCODERS, Block, EnsembleHeads, RecurrentEncoder
-from mbrl_offline.roles import checked_observations
+from mbrl_offline.roles import checked_observations, history_inputs
 from mbrl_offline.utils import soft_update
 
 
@@ -120,16 +121,6 @@ class NEUBAYConfig:
         require_in_range(self, "tau", 0.0, 1.0, low_open=True, hint=" (the target critic's Polyak rate; usually 5e-3)")
         require_nonnegative(self, "target_alpha_ratio")
         require_fraction(self, "critic_lr_ratio", "actor_lr_ratio")
-
-
-def history_inputs(observations: torch.Tensor, previous_actions: torch.Tensor, previous_rewards: torch.Tensor,
-                   starts: torch.Tensor) -> torch.Tensor:
-    """The recurrent policy's inputs ``(B, S + A + 1)``: [s_k, a_{k-1}, r_{k-1}], with zeros for the
-    previous action and reward where ``starts`` (the same as ``mbrl_offline.roles.history_inputs``,
-    which the spine adds in parallel; this module keeps its own until they merge)."""
-    previous = torch.cat([previous_actions, previous_rewards.unsqueeze(-1)], dim=-1).to(observations.dtype)
-    previous = torch.where(starts.bool().unsqueeze(-1), torch.zeros_like(previous), previous)
-    return torch.cat([observations, previous], dim=-1)
 
 
 def tape_inputs(tape: dict[str, torch.Tensor]) -> torch.Tensor:

@@ -18,6 +18,7 @@ import torch
 from mbrl_offline.config import config_to_dataclass, did_you_mean
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.pgd import PGDGenerator, PGDGeneratorConfig, PGDGuidanceConfig, UNetConfig
+from mbrl_offline.generators.posterior import PosteriorConfig, PosteriorGenerator, PosteriorGeneratorConfig
 from mbrl_offline.generators.rollouts import (BranchedRollouts, RolloutConfig, RolloutGenerator,
                                               RolloutGeneratorConfig)
 from mbrl_offline.generators.synther import SyntherGenerator, SyntherGeneratorConfig
@@ -37,7 +38,8 @@ class NoGeneratorConfig:
 
 # kind -> (config class, generator class or None); the kind is the config's ``kind`` field
 GENERATORS = {"none": (NoGeneratorConfig, None), "rollouts": (RolloutGeneratorConfig, RolloutGenerator),
-              "synther": (SyntherGeneratorConfig, SyntherGenerator), "pgd": (PGDGeneratorConfig, PGDGenerator)}
+              "synther": (SyntherGeneratorConfig, SyntherGenerator), "pgd": (PGDGeneratorConfig, PGDGenerator),
+              "posterior": (PosteriorGeneratorConfig, PosteriorGenerator)}
 
 
 def generator_config(settings: dict):
@@ -62,6 +64,7 @@ def build_generator(config, dataset, device: str | torch.device = "cpu", cache_d
     return generator_cls.for_dataset(config, dataset, device, cache_dir, model_path, progress)
 
 
-__all__ = ["BranchedRollouts", "GENERATORS", "NoGeneratorConfig", "PGDGenerator", "PGDGeneratorConfig",
+__all__ = ["BranchedRollouts", "GENERATORS", "NoGeneratorConfig", "PGDGenerator", "PGDGeneratorConfig", "PosteriorConfig", "PosteriorGenerator",
+           "PosteriorGeneratorConfig",
            "PGDGuidanceConfig", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig", "SyntherGenerator",
            "SyntherGeneratorConfig", "UNetConfig", "UPMPCConfig", "build_generator", "generator_config", "upmpc_actions"]

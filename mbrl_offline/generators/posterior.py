@@ -69,17 +69,7 @@ from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
-from mbrl_offline.roles import Policy
-
-try:  # the spine's (commit C); the fallback below is the same function until it lands
-    from mbrl_offline.roles import history_inputs
-except ImportError:  # pragma: no cover - TODO(integration): remove, history_inputs lives in roles.py
-    def history_inputs(observations: torch.Tensor, previous_actions: torch.Tensor, previous_rewards: torch.Tensor,
-                       starts: torch.Tensor) -> torch.Tensor:
-        """A recurrent policy's input ``[s_k, a_{k-1}, r_{k-1}]`` ``(B, S + A + 1)``, zeros for the
-        previous action and reward where ``starts``."""
-        keep = (~starts).unsqueeze(-1).to(observations.dtype)
-        return torch.cat([observations, previous_actions * keep, previous_rewards.unsqueeze(-1) * keep], dim=-1)
+from mbrl_offline.roles import Policy, history_inputs
 
 # The fields each generated row carries besides the transition's (`mbrl_offline.buffer.transition_schema`).
 POSTERIOR_EXTRA_FIELDS = {"synthetic": ((), torch.bool), "member": ((), torch.long),
