@@ -22,7 +22,8 @@ Both sides run the same sizes: the temporal U-Net of ``--base`` channels and ``-
 (the official ``--num_features`` and ``--num_blocks``; the library's CPU default is base 32, the
 paper's base 1024: on a CPU run that with tiny calls, e.g. ``--base 1024 --train-steps 2
 --sampler-steps 2 --sample-batch 1 --calls 1``) over hopper-shaped rows [s, a, r, d] (11 + 3 + 2 =
-16 channels, random values: the cost does not depend on them), random weights. Both processes
+16 channels, random values: the cost does not depend on them), random weights: 177,968 U-Net
+parameters at base 32 and 177,619,984 at base 1024 on both sides (the policy: 69,638). Both processes
 report their U-Net's parameter count (and the policy's), the training batch's shape, the sampler's
 steps and the generated trajectories' shape; the script stops if the two sides' differ.
 
@@ -43,6 +44,10 @@ peak being against its own library's matmul. ``--threads`` pins both processes t
   left out; its state and EMA copy are made once, as the official does. Ours: `fit_diffusion` calls
   with PGD's recipe (`PGDGeneratorConfig().train`: Adam, warmup-cosine, no clipping, EMA) on the
   same number of windows; per call also the EMA copy and the optimiser's set-up, as ``diffusion.py``.
+  On a CPU the official training step slows far more than ours as the base grows (XLA's CPU
+  convolutions): a check at base 1024 on one thread of a shared 2-core CPU did not finish one pair of
+  1-step calls (warm-up included) in 9 minutes; at the paper size run the sampler measures first
+  and the train measure with ``--train-steps 1 --calls 1``, and expect it to take long.
 * sample (transitions/s, ``length - 1`` per trajectory): ``--sample-batch`` trajectories of
   ``--length`` rows per call at ``--sampler-steps`` steps, after one warm-up call, ``--calls`` timed
   calls, unguided. Official: ``diffusion.diffusion.make_sample_fn`` (``edm.sample_trajectory``, EDM's
