@@ -1,0 +1,306 @@
+"""Recurrent encoders for agents that learn from sequences (NEUBAY): the LRU of Orvieto et al. (2023) as
+NEUBAY's official code has it (``memory/lru.py``, after minimal-LRU), a GRU alternative, and the
+batched ensemble heads that sit on top of them.
+
+An encoder reads a *tape* ``x (B, T, in)`` with bool ``starts (B, T)``: a True at row t means row t is
+the first of an episode, so the recurrent state carried into it is dropped (not decayed). The state
+passed in (``state``, one tensor per layer with the batch first) is the state before row 0, and the
+state returned is the one after row T-1, so a long sequence fed in pieces gives the outputs of one pass.
+
+LRU, per layer, with x the layer's input after its LayerNorm:
+
+    lambda = exp(-exp(nu_log) + i exp(theta_log)),   B_norm = (B_re + i B_im) * exp(gamma_log) (row-wise),
+    h_t = lambda * h_{t-1} + B_norm x_t   (h_{t-1} replaced by 0 where starts_t),
+    y_t = Re(C h_t) + D * x_t,            C = C_re + i C_im.
+
+The recurrence runs as a parallel prefix scan (`lru_scan`): ceil(log2(T + 1)) elementwise rounds
+instead of T sequential steps, differentiable with plain autograd. `lru_scan_reference` is the
+sequential loop, which the tests compare it with.
+
+Deviations from the official code, each with its reason:
+
+* the official code scans with ``jax.lax.associative_scan`` (a work-efficient Blelloch scan); here a
+  Hillis-Steele scan (more multiplications, same depth, no private torch API, no compilation) gives the
+  same values up to float rounding;
+* at initialisation the uniform draws u behind ``nu_log`` and ``theta_log`` are kept at or above the
+  smallest positive float32: with u = 0 the official code gives ``theta_log = log 0 = -inf`` (and, with
+  r_min = 0, ``nu_log = +inf``), a non-finite parameter (probability about 2^-24 per entry);
+* `GRUEncoder` is a library extension (not in the official code): ``torch.nn.GRU`` with the same
+  reset semantics, for ablations.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from mbrl_offline.errors import ConfigError, InputError
+from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear
+
+ENCODERS = ("lru", "gru")
+
+
+def lru_scan(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    """The LRU's hidden states ``h (..., T, H)`` for ``h_t = lambda * h_{t-1} + bx_t``, where
+    ``h_{t-1}`` is replaced by 0 at rows with ``starts_t``, from ``h_{-1} = h0``.
+
+    ``lam (H,)`` complex, ``bx (..., T, H)`` complex, ``starts (..., T)`` bool, ``h0 (..., H)`` complex.
+
+    As the official code: a scan over the T + 1 elements ``(A_t, b_t, s_t)``, element 0 being the
+    carried state ``(1, h0, False)`` and element t + 1 ``(lambda, bx_t, starts_t)``, with the operator
+    (left element i, right element j)
+
+        (A_i, b_i, s_i) . (A_j, b_j, s_j) = (A_j, b_j, True)                        if s_j,
+                                          = (A_j A_i, A_j b_i + b_j, s_i)            otherwise,
+
+    i.e. a right element that starts an episode replaces everything to its left by the identity
+    (``wrapped_associative_update``). It is associative, so Hillis-Steele's scan applies: in round r
+    every element from 2^r on combines with the element 2^r before it; after ceil(log2(T + 1)) rounds
+    element t + 1 holds the composition of elements 0..t + 1, whose b is h_t. Each round builds new
+    tensors (no in-place writes), so autograd differentiates through it.
+    """
+    batch, (steps, hidden) = bx.shape[:-2], bx.shape[-2:]
+    A = torch.cat([torch.ones(*batch, 1, hidden, dtype=bx.dtype, device=bx.device),
+                   lam.to(bx.dtype).expand(*batch, steps, hidden)], dim=-2)  # (..., T + 1, H)
+    b = torch.cat([h0.to(bx.dtype).expand(*batch, hidden).unsqueeze(-2), bx], dim=-2)
+    s = torch.cat([torch.zeros(*batch, 1, dtype=torch.bool, device=bx.device), starts.bool()], dim=-1).unsqueeze(-1)
+    shift = 1
+    while shift < steps + 1:
+        A_left, b_left, s_left = A[..., :-shift, :], b[..., :-shift, :], s[..., :-shift, :]
+        A_right, b_right, s_right = A[..., shift:, :], b[..., shift:, :], s[..., shift:, :]
+        A_combined = torch.where(s_right, A_right, A_right * A_left)
+        b_combined = torch.where(s_right, b_right, A_right * b_left + b_right)
+        A = torch.cat([A[..., :shift, :], A_combined], dim=-2)
+        b = torch.cat([b[..., :shift, :], b_combined], dim=-2)
+        s = torch.cat([s[..., :shift, :], s_left | s_right], dim=-2)
+        shift *= 2
+    return b[..., 1:, :]
+
+
+def lru_scan_reference(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
+    """`lru_scan` as the sequential loop it computes (for tests): T steps of
+    ``h = (0 if starts_t else lambda * h) + bx_t``."""
+    h = h0.to(bx.dtype).expand(*bx.shape[:-2], bx.shape[-1])
+    states = []
+    for t in range(bx.shape[-2]):
+        carried = torch.where(starts[..., t, None].bool(), torch.zeros_like(h), lam * h)
+        h = carried + bx[..., t, :]
+        states.append(h)
+    return torch.stack(states, dim=-2)
+
+
+class Block(nn.Module):
+    """Linear -> LayerNorm (affine, eps 1e-5) -> leaky ReLU (slope 0.01): the official ``common.Block``,
+    applied to every row independently."""
+
+    def __init__(self, in_features: int, out_features: int):
+        super().__init__()
+        self.linear = nn.Linear(in_features, out_features)  # U(+-1/sqrt(fan_in)) weights and biases, as Equinox's
+        self.norm = nn.LayerNorm(out_features, eps=1e-5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.leaky_relu(self.norm(self.linear(x)), 0.01)
+
+
+class LRU(nn.Module):
+    """The linear recurrent unit: input and output ``d_model`` wide, ``d_hidden`` complex states.
+
+    Initialisation (official ``nu_init``, ``theta_init``, ``gamma_log_init``, ``matrix_init``), with
+    u ~ U[0, 1) drawn separately for nu and theta:
+    ``nu_log = log(-log(u (r_max^2 - r_min^2) + r_min^2) / 2)`` (so |lambda|^2 is uniform on
+    [r_min^2, r_max^2]), ``theta_log = log(max_phase u)``, ``gamma_log = log sqrt(1 - |lambda|^2)`` (then
+    trained as a parameter of its own), ``B_re, B_im ~ N(0, 1) / sqrt(2 d_model)``,
+    ``C_re, C_im ~ N(0, 1) / sqrt(d_hidden)``, ``D ~ N(0, 1)``.
+    """
+
+    def __init__(self, d_model: int, d_hidden: int, r_min: float = 0.0, r_max: float = 0.9, max_phase: float = 6.28):
+        super().__init__()
+        if not 0.0 <= r_min < r_max <= 1.0:
+            raise ConfigError(f"LRU radii need 0 <= r_min < r_max <= 1, got r_min = {r_min}, r_max = {r_max}.")
+        self.d_model, self.d_hidden = d_model, d_hidden
+        tiny = torch.finfo(torch.float32).tiny  # u = 0 would give a non-finite log (see the module docstring)
+        u = torch.rand(d_hidden).clamp_min(tiny)
+        nu_log = torch.log(-0.5 * torch.log(u * (r_max ** 2 - r_min ** 2) + r_min ** 2))
+        theta_log = torch.log(max_phase * torch.rand(d_hidden).clamp_min(tiny))
+        modulus = torch.exp(-torch.exp(nu_log))
+        self.nu_log = nn.Parameter(nu_log)
+        self.theta_log = nn.Parameter(theta_log)
+        self.gamma_log = nn.Parameter(torch.log(torch.sqrt(1 - modulus ** 2)))
+        self.B_re = nn.Parameter(torch.randn(d_hidden, d_model) / math.sqrt(2 * d_model))
+        self.B_im = nn.Parameter(torch.randn(d_hidden, d_model) / math.sqrt(2 * d_model))
+        self.C_re = nn.Parameter(torch.randn(d_model, d_hidden) / math.sqrt(d_hidden))
+        self.C_im = nn.Parameter(torch.randn(d_model, d_hidden) / math.sqrt(d_hidden))
+        self.D = nn.Parameter(torch.randn(d_model))
+
+    def eigenvalues(self) -> torch.Tensor:
+        """lambda ``(d_hidden,)`` complex64."""
+        return torch.exp(torch.complex(-torch.exp(self.nu_log), torch.exp(self.theta_log)))
+
+    def forward(self, x: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x (..., T, d_model)``, ``starts (..., T)``, ``h0 (..., d_hidden)`` complex -> outputs
+        ``(..., T, d_model)`` and the last state ``(..., d_hidden)``."""
+        gamma = torch.exp(self.gamma_log).unsqueeze(-1)
+        # B_norm x as two real products: (B_re + i B_im) gamma x
+        bx = torch.complex(x @ (self.B_re * gamma).t(), x @ (self.B_im * gamma).t())
+        h = lru_scan(self.eigenvalues(), bx, starts, h0)
+        y = h.real @ self.C_re.t() - h.imag @ self.C_im.t() + self.D * x  # Re(C h) + D x
+        return y, h[..., -1, :]
+
+
+class SequenceLayer(nn.Module):
+    """skip -> LayerNorm -> LRU -> GELU (tanh approximation, JAX's default) -> GLU -> + skip, the GLU
+    being ``out1(g) * sigmoid(out2(g))`` (official ``lru.SequenceLayer``). The LRU's D x term uses the
+    normalised input; the residual adds the input before normalisation."""
+
+    def __init__(self, d_model: int, d_hidden: int, r_min: float = 0.0, r_max: float = 0.9, max_phase: float = 6.28):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model, eps=1e-5)
+        self.lru = LRU(d_model, d_hidden, r_min, r_max, max_phase)
+        self.out1 = nn.Linear(d_model, d_model)
+        self.out2 = nn.Linear(d_model, d_model)
+
+    def forward(self, x: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y, h_last = self.lru(self.norm(x), starts, h0)
+        g = F.gelu(y, approximate="tanh")
+        return x + self.out1(g) * torch.sigmoid(self.out2(g)), h_last
+
+
+class StackedLRU(nn.Module):
+    """``layers`` `SequenceLayer` s, no normalisation after the stack; the state is one complex64
+    ``(B, d_hidden)`` tensor per layer."""
+
+    def __init__(self, d_model: int, d_hidden: int, layers: int = 2, r_min: float = 0.0, r_max: float = 0.9,
+                 max_phase: float = 6.28):
+        super().__init__()
+        self.d_model, self.d_hidden = d_model, d_hidden
+        self.layers = nn.ModuleList(SequenceLayer(d_model, d_hidden, r_min, r_max, max_phase) for _ in range(layers))
+
+    def initial_state(self, batch_size: int, device=None) -> list[torch.Tensor]:
+        return [torch.zeros(batch_size, self.d_hidden, dtype=torch.complex64, device=device) for _ in self.layers]
+
+    def forward(self, x: torch.Tensor, starts: torch.Tensor, state: list[torch.Tensor]):
+        """``x (B, T, d_model)``, ``starts (B, T)``, ``state`` per layer ``(B, d_hidden)`` -> ``(y, state)``."""
+        new_state = []
+        for layer, h0 in zip(self.layers, state):
+            x, h_last = layer(x, starts, h0)
+            new_state.append(h_last)
+        return x, new_state
+
+
+class GRUEncoder(nn.Module):
+    """``torch.nn.GRU(d_model, d_model, layers)`` with episode resets (a library extension, for
+    ablations): the state is one ``(B, d_model)`` tensor per layer.
+
+    A tape of T > 1 rows is split at its starts into episodes, which run as one packed sequence (each
+    from the carried state if it is the row's first piece and row 0 is no start, else from zeros). A
+    single step (T = 1) zeroes the state where it starts and runs the GRU once. Splitting reads the
+    episode lengths on the host (a device sync), which the LRU's scan does not need."""
+
+    def __init__(self, d_model: int, layers: int = 2):
+        super().__init__()
+        self.d_model, self.num_layers = d_model, layers
+        self.gru = nn.GRU(d_model, d_model, layers, batch_first=True)
+
+    def initial_state(self, batch_size: int, device=None) -> list[torch.Tensor]:
+        return [torch.zeros(batch_size, self.d_model, device=device) for _ in range(self.num_layers)]
+
+    def forward(self, x: torch.Tensor, starts: torch.Tensor, state: list[torch.Tensor]):
+        rows, steps, width = x.shape
+        h0 = torch.stack(state)  # (layers, B, d)
+        if steps == 1:
+            y, h_last = self.gru(x, h0 * (~starts[:, 0]).to(h0.dtype)[None, :, None])
+            return y, list(h_last.unbind(0))
+        # Pieces: every row splits at its starts (row 0 always begins one). In flat positions b * T + t,
+        # each piece ends where the next begins, since the next row's first piece begins at (b + 1) T.
+        begins = starts.bool().clone()
+        begins[:, 0] = True
+        row, step = begins.nonzero(as_tuple=True)
+        first = row * steps + step
+        end = torch.cat([first[1:], first.new_full((1,), rows * steps)])
+        lengths = end - first
+        carried = ((step == 0) & ~starts[row, 0].bool()).to(h0.dtype)
+        h_init = h0[:, row] * carried[None, :, None]  # (layers, pieces, d)
+        longest = int(lengths.max())
+        offsets = torch.arange(longest, device=x.device)
+        valid = offsets[None, :] < lengths[:, None]  # (pieces, longest)
+        index = (first[:, None] + offsets[None, :]).clamp_max(rows * steps - 1)
+        padded = x.reshape(rows * steps, width)[index]  # (pieces, longest, d)
+        packed = nn.utils.rnn.pack_padded_sequence(padded, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        out, h_last = self.gru(packed, h_init.contiguous())
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=longest)
+        y = x.new_zeros(rows * steps, self.d_model).index_put((index[valid],), out[valid])
+        last_piece = (end % steps == 0).nonzero(as_tuple=True)[0]  # each row's last piece, in row order
+        return y.reshape(rows, steps, self.d_model), list(h_last[:, last_piece].unbind(0))
+
+
+class RecurrentEncoder(nn.Module):
+    """``pre`` (a `Block`, in -> d_model, per row) then the memory (`StackedLRU` or `GRUEncoder`):
+    NEUBAY's history encoder (official ``pre`` + ``memory``).
+
+    ``forward(x (B, T, in) | (T, in), starts (B, T) | (T,), state=None) -> (y (..., T, d_model), state)``;
+    ``state`` None is the zero state (`initial_state`). An unbatched tape is a batch of one: its state
+    tensors have batch 1.
+    """
+
+    def __init__(self, in_dim: int, kind: str = "lru", d_model: int = 256, d_hidden: int = 128, layers: int = 2,
+                 r_min: float = 0.0, r_max: float = 0.9, max_phase: float = 6.28):
+        super().__init__()
+        if kind not in ENCODERS:
+            raise ConfigError(f"unknown encoder '{kind}'; choose one of {', '.join(ENCODERS)}.")
+        self.in_dim, self.kind, self.d_model = in_dim, kind, d_model
+        self.pre = Block(in_dim, d_model)
+        self.memory = (StackedLRU(d_model, d_hidden, layers, r_min, r_max, max_phase) if kind == "lru"
+                       else GRUEncoder(d_model, layers))
+
+    def initial_state(self, batch_size: int) -> list[torch.Tensor]:
+        return self.memory.initial_state(batch_size, device=self.pre.linear.weight.device)
+
+    def forward(self, x: torch.Tensor, starts: torch.Tensor, state: Optional[list[torch.Tensor]] = None):
+        unbatched = x.dim() == 2
+        if unbatched:
+            x, starts = x.unsqueeze(0), starts.unsqueeze(0)
+        if x.dim() != 3 or x.shape[-1] != self.in_dim or starts.shape != x.shape[:2]:
+            raise InputError(f"RecurrentEncoder: inputs must be (B, T, {self.in_dim}) or (T, {self.in_dim}) with starts "
+                             f"(B, T) or (T,), got {tuple(x.shape)} and {tuple(starts.shape)}.")
+        if state is None:
+            state = self.initial_state(x.shape[0])
+        y, state = self.memory(self.pre(x), starts.bool(), state)
+        return (y[0] if unbatched else y), state
+
+
+class EnsembleHeads(nn.Module):
+    """``members`` MLP heads computed together: ``layers`` x [EnsembleLinear -> EnsembleLayerNorm ->
+    leaky ReLU (0.01)] of ``hidden`` units, then an EnsembleLinear to ``out_dim``: NEUBAY's critic heads
+    (official ``CriticHead``, vmapped) as one batched product per layer.
+
+    Every layer starts as Equinox's Linear, U(+-1/sqrt(fan_in)) weights and biases; with ``final_scale``
+    the output layer is U(+-sqrt(final_scale / fan_in)) with zero biases (official ``final_linear``).
+    ``forward(x (R, in) shared | (N, R, in), members=None) -> (N, R, out_dim)``; ``members`` (indices)
+    evaluates only those heads.
+    """
+
+    def __init__(self, in_dim: int, out_dim: int, members: int, hidden: int = 256, layers: int = 2,
+                 final_scale: Optional[float] = None):
+        super().__init__()
+        self.members = members
+        self.linears = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        width = in_dim
+        for _ in range(layers):
+            self.linears.append(EnsembleLinear(width, hidden, members))
+            self.norms.append(EnsembleLayerNorm(hidden, members))
+            width = hidden
+        self.out = EnsembleLinear(width, out_dim, members)
+        if final_scale is not None:
+            with torch.no_grad():
+                bound = math.sqrt(final_scale / width)
+                self.out.weight.uniform_(-bound, bound)
+                self.out.bias.zero_()
+
+    def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
+        for linear, norm in zip(self.linears, self.norms):
+            x = F.leaky_relu(norm(linear(x, members), members), 0.01)
+        return self.out(x, members)
