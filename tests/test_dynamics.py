@@ -412,7 +412,8 @@ def _ops_in_one_training_batch(members: int, **settings) -> dict:
     config = dataclasses.replace(SMALL, ensemble_size=members, num_elites=min(members, 100), max_epochs=1, **settings)
     model = GaussianEnsembleDynamics(3, 1, config)
     counted = {}
-    original = torch.optim.Adam.step
+    optimizer_class = torch.optim.AdamW if settings.get("optimizer") == "adamw" else torch.optim.Adam
+    original = optimizer_class.step
 
     def step(optimizer, *args, **kwargs):  # the second batch's ops: the first allocates Adam's state
         counted["batches"] = counted.get("batches", 0) + 1
@@ -421,16 +422,23 @@ def _ops_in_one_training_batch(members: int, **settings) -> dict:
         return original(optimizer, *args, **kwargs)
 
     mode = Count()
-    torch.optim.Adam.step = step
+    optimizer_class.step = step
     try:
         with mode:
             model.fit(linear_gaussian_data(n=600), progress=False)
     finally:
-        torch.optim.Adam.step = original
+        optimizer_class.step = original
     return counted["ops"]
 
 
-@pytest.mark.parametrize("settings", [{}, {"activation": "leaky_relu", "layer_norm": True, "logvar_bounds": "fixed"}])
+NEUBAY_SETTINGS = dict(activation="leaky_relu", layer_norm=True, logvar_bounds="fixed", weight_decay=(),
+                       init="uniform", variance_head="log_std", normalise_outputs=True, statistics="all_population",
+                       loss="mean_nll", optimizer="adamw", adamw_weight_decay=5e-5, drop_last=False,
+                       skip_timeouts=True, record_uncertainty=True, input_clip=None, bootstrap="none")
+
+
+@pytest.mark.parametrize("settings", [{}, {"activation": "leaky_relu", "layer_norm": True, "logvar_bounds": "fixed"},
+                                      NEUBAY_SETTINGS])
 def test_a_128_member_ensemble_trains_as_one_batched_computation(settings):
     """The operators of a training batch do not depend on the ensemble's size: no loop over members."""
     torch.manual_seed(0)

@@ -5,7 +5,6 @@ unpickled, by the library and by the tools."""
 import random
 import subprocess
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +17,7 @@ from mbrl_offline.cache import cache_key
 from mbrl_offline.checkpoint import read_checkpoint
 from mbrl_offline.collect import STATE_FILE, CollectConfig, collect
 from mbrl_offline.errors import CheckpointError, MbrlOfflineError
-from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
+from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, cache_settings, load_or_fit_dynamics
 from mbrl_offline.torch_files import load_plain, plain, save_plain
 from tests.test_trainer import make_trainer
 
@@ -117,7 +116,7 @@ def test_a_dynamics_model_that_would_run_code_is_refused_directly_and_from_the_c
     assert_refused_in_one_line(excinfo, path, marker, "open)", "could run code")
 
     data = load_dataset("pendulum-medium").subset(range(600))
-    cached = tmp_path / "cache" / f"{data.env_name}-{cache_key(data.fingerprint(), asdict(SMALL))}.pt"
+    cached = tmp_path / "cache" / f"{data.env_name}-{cache_key(data.fingerprint(), cache_settings(SMALL))}.pt"
     cached.parent.mkdir()
     cached.write_bytes(path.read_bytes())
     with pytest.raises(CheckpointError) as excinfo:

@@ -38,13 +38,25 @@ the rollout rewards and the agents' Q agree within 3-4%, but the shared upper lo
 lower here (about -3.5 against -2.5 for RAVL's recipe, -2.6 against -1.9 for OfflineRL-Kit's; equal
 on halfcheetah-medium), for a reason not found yet.
 
-Options beyond both codes, for other methods' ensembles (NEUBAY's posterior: 128 members, LayerNorm,
-LeakyReLU, fixed log-variance bounds): ``activation`` (SiLU or LeakyReLU), ``layer_norm``,
-``logvar_bounds="fixed"`` with ``logvar_min``/``logvar_max``, and ``step(..., members=)``, which
-takes the member of each row from the caller (one member for a whole rollout) instead of drawing an
-elite per row and step. SiLU models without LayerNorm and with learned bounds train with a
-hand-written step (`_SiLUEnsembleTrainingStep`); the others through autograd. Fitting, early stopping
-and elite selection are `mbrl_offline.models.fitting`'s, for any member-batched ensemble.
+Options beyond both codes, for other methods' ensembles: ``activation`` (SiLU or LeakyReLU),
+``layer_norm``, ``logvar_bounds="fixed"`` with ``logvar_min``/``logvar_max``, and ``step(...,
+members=)``, which takes the member of each row from the caller (one member for a whole rollout)
+instead of drawing an elite per row and step. SiLU models without LayerNorm and with learned bounds
+train with a hand-written step (`_SiLUEnsembleTrainingStep`); the others through autograd. Fitting,
+early stopping and elite selection are `mbrl_offline.models.fitting`'s, for any member-batched ensemble.
+
+NEUBAY's posterior (``dynamics_recipe("neubay")``, twni2016/neubay's ``offline_world``) adds, each an
+option whose default leaves the recipes above unchanged: ``init="uniform"`` (Equinox's Linear init),
+``variance_head="log_std"`` (log-std soft-clamped to [-5, 0.25]), ``normalise_outputs`` (targets
+[(s' - s) / std_s, (r - mean_r) / std_r], the official s'_norm - s_norm), ``statistics="all_population"``,
+``loss="mean_nll"``, ``optimizer="adamw"``, ``drop_last=False``, ``skip_timeouts`` and
+``record_uncertainty``; and `posterior_step` (every elite on every row: the rows' uncertainty U and
+each row's own member's sample), `data_uncertainty` with `uncertainty_threshold`/`uncertainty_mean`.
+Differences from the official posterior: the holdout is ``round(0.2 n)`` rows (at most 1000) drawn with
+the config's seed, not sklearn's ``int(0.2 n)`` with random_state 42; the official data loop also
+drops the dataset's last row, which here is left out only when it is a timeout (`OfflineDataset`
+marks the end of the data as one); the elites are chosen from the members' best holdout MSE at the
+end of fitting, which is what the official code recomputes when it loads the model.
 
 Deliberate differences from both codes:
 
@@ -70,7 +82,7 @@ from mbrl_offline.config import require_above_zero, require_in_range, require_no
 from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
-from mbrl_offline.models.uncertainty import (max_aleatoric_std, mean_disagreement, sample_members,
+from mbrl_offline.models.uncertainty import (epistemic_rms, max_aleatoric_std, mean_disagreement, sample_members,
                                             sampled_disagreement)
 from mbrl_offline.torch_files import load_plain, save_plain
 from mbrl_offline.utils import CUDAGraphed
@@ -78,6 +90,11 @@ from mbrl_offline.utils import CUDAGraphed
 
 BOOTSTRAP = ("every_epoch", "once", "none")
 LOGVAR_BOUNDS = ("member", "shared", "fixed")
+INITS = ("trunc_normal", "uniform")
+VARIANCE_HEADS = ("logvar", "log_std")
+STATISTICS = ("train_unbiased", "all_population")
+LOSSES = ("sum_members", "mean_nll")
+OPTIMIZERS = ("adam_l2", "adamw")
 ACTIVATIONS = {"silu": nn.functional.silu, "leaky_relu": nn.functional.leaky_relu}  # leaky_relu: slope 0.01
 
 
@@ -90,7 +107,7 @@ class DynamicsConfig:
     activation: str = "silu"  # of the hidden layers: silu (MBPO, RAVL, OfflineRL-Kit) or leaky_relu (slope 0.01, NEUBAY)
     layer_norm: bool = False  # LayerNorm (affine, per member) after each hidden layer's linear map (NEUBAY)
     learning_rate: float = 1e-3
-    # L2 weight decay of each layer's weights (hidden layers, then the output head), as in RAVL.
+    # L2 weight decay of each layer's weights (hidden layers, then the output head), as in RAVL; () for none.
     weight_decay: tuple = (2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4)
     logvar_bound_coef: float = 0.01  # weight of the penalty that keeps the learned log-variance bounds tight
     # The learned log-variance bounds: "shared" (one pair for all members, which every member's NLL
@@ -118,11 +135,41 @@ class DynamicsConfig:
     improvement_threshold: float = 0.01  # relative holdout-MSE drop that counts as an improvement
     input_clip: Optional[float] = 10.0  # normalised inputs are clipped to ±input_clip; None: no clip (OfflineRL-Kit)
     seed: int = 0
+    # --- NEUBAY's posterior (DYNAMICS_RECIPES["neubay"]); the defaults keep the recipes above as they were.
+    # "trunc_normal" (the std and cut above) or "uniform": weights and biases U(±1/sqrt(fan_in)) (Equinox's
+    # default Linear init, NEUBAY).
+    init: str = "trunc_normal"
+    # "logvar": the head's second half is a log-variance soft-clamped to the log-variance bounds above;
+    # "log_std": a log-std soft-clamped to [log_std_min, log_std_max] (NEUBAY; needs logvar_bounds="fixed").
+    # The two clamps differ (softplus(2x) != 2 softplus(x)), so [-5, 0.25] is not [-10, 0.5] in log-variance.
+    variance_head: str = "logvar"
+    log_std_min: float = -5.0
+    log_std_max: float = 0.25
+    # The members predict normalised targets [(s' - s) / std_s, (r - mean_r) / std_r] (with the
+    # observations' statistics, as NEUBAY's s'_norm - s_norm); predict/step return raw units.
+    normalise_outputs: bool = False
+    # The normalisers' statistics: "train_unbiased" (training rows, unbiased std, floored at 1e-6) or
+    # "all_population" (every row before the holdout split, population std, a std < 1e-12 becomes 1: NEUBAY).
+    statistics: str = "train_unbiased"
+    # "sum_members": mean over rows and outputs of logvar + (y - mu)^2 / var, summed over members (plus the
+    # bound penalty); "mean_nll": the Gaussian NLL with its constants, 1/2 log 2 pi + log sigma +
+    # (y - mu)^2 / (2 sigma^2), averaged over members, rows and outputs (NEUBAY).
+    loss: str = "sum_members"
+    # "adam_l2": Adam with weight_decay's L2 gradients per layer; "adamw": AdamW, decoupled decay
+    # adamw_weight_decay on every parameter (LayerNorm and biases included: NEUBAY's optax.adamw).
+    optimizer: str = "adam_l2"
+    adamw_weight_decay: float = 0.0
+    drop_last: bool = True  # drop an epoch's final partial batch (False: train on it, NEUBAY)
+    skip_timeouts: bool = False  # leave rows with ``timeouts`` out of the model's data (NEUBAY)
+    # After fitting, store the posterior uncertainty of every fitting row (`data_uncertainty`, for
+    # `uncertainty_threshold` and `uncertainty_mean`; NEUBAY's rollouts truncate on it).
+    record_uncertainty: bool = False
 
     def __post_init__(self):
         require_positive(self, "ensemble_size", "hidden_size", "hidden_layers", "batch_size", "max_epochs", "patience",
                          "max_holdout", section="dynamics")
-        require_nonnegative(self, "min_epochs", "seed", "logvar_bound_coef", "improvement_threshold", section="dynamics")
+        require_nonnegative(self, "min_epochs", "seed", "logvar_bound_coef", "improvement_threshold",
+                            "adamw_weight_decay", section="dynamics")
         require_above_zero(self, "learning_rate", "init_truncation", "input_clip", section="dynamics")
         # a holdout of all rows leaves nothing to train on (too few rows are refused when fitting)
         require_in_range(self, "holdout_ratio", 0.0, 1.0, high_open=True, section="dynamics")
@@ -145,9 +192,25 @@ class DynamicsConfig:
                               f"{', '.join(LOGVAR_BOUNDS)}.")
         if not isinstance(self.num_elites, int) or not 0 < self.num_elites <= self.ensemble_size:
             raise ConfigError(f"num_elites must be in 1..ensemble_size ({self.ensemble_size}), got {self.num_elites}.")
-        if len(self.weight_decay) != self.hidden_layers + 1:
+        if len(self.weight_decay) not in (0, self.hidden_layers + 1):
             raise ConfigError(f"weight_decay needs {self.hidden_layers + 1} values (hidden layers + head), "
                               f"got {len(self.weight_decay)}.")
+        for name, choices in (("init", INITS), ("variance_head", VARIANCE_HEADS), ("statistics", STATISTICS),
+                              ("loss", LOSSES), ("optimizer", OPTIMIZERS)):
+            if getattr(self, name) not in choices:
+                raise ConfigError(f"unknown dynamics {name} '{getattr(self, name)}'; choose one of {', '.join(choices)}.")
+        require_in_range(self, "log_std_min", section="dynamics")
+        require_in_range(self, "log_std_max", section="dynamics")
+        if self.variance_head == "log_std":
+            if self.logvar_bounds != "fixed":
+                raise ConfigError(f"dynamics variance_head 'log_std' has fixed bounds (log_std_min, log_std_max); "
+                                  f"set logvar_bounds='fixed', got '{self.logvar_bounds}'.")
+            if not self.log_std_min < self.log_std_max:
+                raise ConfigError(f"dynamics log_std_min ({self.log_std_min}) must be below log_std_max "
+                                  f"({self.log_std_max}).")
+        if self.optimizer == "adamw" and any(self.weight_decay):
+            raise ConfigError("dynamics optimizer 'adamw' decays through adamw_weight_decay; set weight_decay to "
+                              f"() or zeros, got {tuple(self.weight_decay)}.")
 
 
 # Each agent's dynamics recipe: the settings of the code on which its coefficients were tuned, written
@@ -171,11 +234,35 @@ DYNAMICS_RECIPES = {
                          holdout_ratio=0.2,
                          max_holdout=1000, bootstrap="once", max_epochs=2000, min_epochs=0, patience=5,
                          improvement_threshold=0.01, input_clip=None),
+    # NEUBAY's posterior (twni2016/neubay, offline_world/{cont_ensemble,modules,losses}.py, base.yaml):
+    # 128 members of 4 x [Linear(200) -> LayerNorm (affine) -> LeakyReLU(0.01)], Equinox's uniform init,
+    # a log-std head soft-clamped to [-5, 0.25], outputs [s', r] normalised with the population
+    # statistics of all rows (no input clip), the mean Gaussian NLL, AdamW (1e-3, decay 5e-5 on every
+    # parameter), batch 256 with the last partial batch trained, every member its own permutation of all
+    # rows each epoch, holdout min(20%, 1000), a member's snapshot when its holdout MSE drops by more
+    # than 1%, patience 5 and no minimum, timeout rows left out, the 100 members of lowest holdout MSE
+    # kept. max_epochs is uncapped here: the official presets cap it (random/medium 1200,
+    # medium-expert 600).
+    "neubay": dict(ensemble_size=128, num_elites=100, hidden_size=200, hidden_layers=4, activation="leaky_relu",
+                   layer_norm=True, learning_rate=1e-3, weight_decay=(), logvar_bound_coef=0.0, logvar_bounds="fixed",
+                   logvar_min=-10.0, logvar_max=0.5, init_truncation=None, batch_size=256, holdout_ratio=0.2,
+                   max_holdout=1000, bootstrap="none", max_epochs=1_000_000, min_epochs=0, patience=5,
+                   improvement_threshold=0.01, input_clip=None, init="uniform", variance_head="log_std",
+                   log_std_min=-5.0, log_std_max=0.25, normalise_outputs=True, statistics="all_population",
+                   loss="mean_nll", optimizer="adamw", adamw_weight_decay=5e-5, drop_last=False, skip_timeouts=True,
+                   record_uncertainty=True),
 }
+
+# The settings added for NEUBAY's posterior, with their defaults: a config that leaves them at these
+# values caches under the key it had before they existed (`load_or_fit_dynamics`).
+_POSTERIOR_DEFAULTS = dict(init="trunc_normal", variance_head="logvar", log_std_min=-5.0, log_std_max=0.25,
+                           normalise_outputs=False, statistics="train_unbiased", loss="sum_members",
+                           optimizer="adam_l2", adamw_weight_decay=0.0, drop_last=True, skip_timeouts=False,
+                           record_uncertainty=False)
 
 
 def dynamics_recipe(name: str, **overrides) -> DynamicsConfig:
-    """The `DynamicsConfig` of a recipe in `DYNAMICS_RECIPES` ("ravl", "offlinerlkit"), with ``overrides``."""
+    """The `DynamicsConfig` of a recipe in `DYNAMICS_RECIPES` ("ravl", "offlinerlkit", "neubay"), with ``overrides``."""
     if name not in DYNAMICS_RECIPES:
         raise ConfigError(f"unknown dynamics recipe '{name}'; choose one of {', '.join(DYNAMICS_RECIPES)}.")
     return DynamicsConfig(**{**DYNAMICS_RECIPES[name], **overrides})
@@ -215,11 +302,18 @@ class GaussianEnsembleDynamics(nn.Module):
         self.register_buffer("input_mean", torch.zeros(in_dim))
         self.register_buffer("input_std", torch.ones(in_dim))
         self.register_buffer("elites", torch.arange(config.num_elites))
-        for layer in [*self.hidden, self.head]:
-            std = 1.0 / (2.0 * math.sqrt(layer.in_features))
-            cut = 2.0 if config.init_truncation is None else config.init_truncation * std  # torch's default: ±2
-            nn.init.trunc_normal_(layer.weight, std=std, a=-cut, b=cut)
-            nn.init.zeros_(layer.bias)
+        # targets in the members' space: (raw - output_shift) / output_scale (identity unless normalise_outputs)
+        self.register_buffer("output_shift", torch.zeros(out_dim))
+        self.register_buffer("output_scale", torch.ones(out_dim))
+        # sorted posterior uncertainty of every fitting row (record_uncertainty; empty otherwise)
+        self.register_buffer("data_uncertainty", torch.zeros(0))
+        if config.init == "trunc_normal":
+            for layer in [*self.hidden, self.head]:
+                std = 1.0 / (2.0 * math.sqrt(layer.in_features))
+                cut = 2.0 if config.init_truncation is None else config.init_truncation * std  # torch's default: ±2
+                nn.init.trunc_normal_(layer.weight, std=std, a=-cut, b=cut)
+                nn.init.zeros_(layer.bias)
+        # "uniform": EnsembleLinear's own init, U(±1/sqrt(fan_in)) for weights and biases
         self.train_log: list[dict] = []
         self.register_buffer("fitted", torch.tensor(False))  # saved with the weights
         self.is_fitted = False  # the buffer's value as a Python bool, read on every prediction
@@ -238,6 +332,11 @@ class GaussianEnsembleDynamics(nn.Module):
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
         # A state saved before the flag existed is a fitted model's (only fitted models were saved).
         state_dict.setdefault(prefix + "fitted", torch.tensor(True))
+        # States saved before the posterior options: identity output normaliser, no recorded uncertainty.
+        state_dict.setdefault(prefix + "output_shift", torch.zeros_like(self.output_shift))
+        state_dict.setdefault(prefix + "output_scale", torch.ones_like(self.output_scale))
+        recorded = state_dict.setdefault(prefix + "data_uncertainty", torch.zeros(0))
+        self.data_uncertainty = self.data_uncertainty.new_empty(recorded.shape)  # its length is the data's
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
         self.is_fitted = bool(self.fitted)
 
@@ -253,11 +352,17 @@ class GaussianEnsembleDynamics(nn.Module):
 
     def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised inputs ``(B, in)`` or ``(M, B, in)`` -> mean and log-variance ``(M, B, obs_dim + 1)``
-        for every member (M = N) or for the given ``members`` (indices, M = len(members))."""
+        for every member (M = N) or for the given ``members`` (indices, M = len(members)), in the members'
+        output space (normalised targets with ``normalise_outputs``; `to_raw` converts)."""
         for layer, norm in zip(self.hidden, self.norms):
             x = layer(x, members)
             x = self.activation(x if isinstance(norm, nn.Identity) else norm(x, members))
         mean, logvar = self.head(x, members).chunk(2, dim=-1)
+        if self.config.variance_head == "log_std":  # NEUBAY: soft clamp of the log-std, fixed bounds
+            cfg = self.config
+            log_std = cfg.log_std_max - nn.functional.softplus(cfg.log_std_max - logvar)
+            log_std = cfg.log_std_min + nn.functional.softplus(log_std - cfg.log_std_min)
+            return mean, 2.0 * log_std
         max_logvar, min_logvar = ((self.max_logvar, self.min_logvar) if members is None or len(self.max_logvar) == 1
                                   else (self.max_logvar[members], self.min_logvar[members]))
         # PETS' soft clamp keeps log-variances inside the learned [min_logvar, max_logvar].
@@ -269,7 +374,14 @@ class GaussianEnsembleDynamics(nn.Module):
         """Each member's mean and log-variance of ``[next_obs - obs, reward]``: ``(N, B, obs_dim + 1)``
         (every member, or the elites only)."""
         self._require_fitted()
-        return self(self.normalise(obs, act), self.elites if elites_only else None)
+        return self.to_raw(*self(self.normalise(obs, act), self.elites if elites_only else None))
+
+    def to_raw(self, mean: torch.Tensor, logvar: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Means and log-variances from the members' output space to raw ``[next_obs - obs, reward]``
+        units (unchanged without ``normalise_outputs``)."""
+        if not self.config.normalise_outputs:
+            return mean, logvar
+        return mean * self.output_scale + self.output_shift, logvar + 2.0 * self.output_scale.log()
 
     @torch.no_grad()
     def sample_next_observations(self, obs: torch.Tensor, act: torch.Tensor, samples: int,
@@ -308,14 +420,14 @@ class GaussianEnsembleDynamics(nn.Module):
             if pick.shape != (rows,):
                 raise ValueError(f"members needs one index per row, shape ({rows},); got {tuple(pick.shape)}")
         if uncertainty:
-            mean, logvar = self(x)  # (N, B, out): MOPO and COPlanner measure over every member
+            mean, logvar = self.to_raw(*self(x))  # (N, B, out): MOPO and COPlanner measure over every member
             row = torch.arange(rows, device=obs.device)
             chosen_mean, chosen_logvar = mean[pick, row], logvar[pick, row]
         elif members is None:
-            chosen_mean, chosen_logvar = self._grouped_forward(x, choice, elites)
+            chosen_mean, chosen_logvar = self.to_raw(*self._grouped_forward(x, choice, elites))
         else:  # the members in use, each row grouped with its own
             used, choice = torch.unique(pick, return_inverse=True)
-            chosen_mean, chosen_logvar = self._grouped_forward(x, choice, used)
+            chosen_mean, chosen_logvar = self.to_raw(*self._grouped_forward(x, choice, used))
         out = chosen_mean
         if not deterministic:
             noise = torch.randn(chosen_mean.shape, device=obs.device, generator=generator)
@@ -336,11 +448,88 @@ class GaussianEnsembleDynamics(nn.Module):
         mean, logvar = self(groups.group(x), members)
         return groups.ungroup(mean), groups.ungroup(logvar)
 
+    # ------------------------------------------------------------------------------- posterior
+    def posterior_forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised inputs ``(B, in)`` -> the elites' means and log-stds ``(E, B, obs_dim + 1)`` in the
+        members' output space (normalised targets with ``normalise_outputs``)."""
+        mean, logvar = self(x, self.elites)
+        return mean, 0.5 * logvar
+
+    @torch.no_grad()
+    def posterior_step(self, obs: torch.Tensor, act: torch.Tensor, members: torch.Tensor,
+                       generator: Optional[torch.Generator] = None) -> dict[str, torch.Tensor]:
+        """One step of NEUBAY's posterior rollouts: row b follows member ``members[b]`` (an index into the
+        whole ensemble; it must be an elite).
+
+        One forward of every elite on every row gives both the row's uncertainty U (`epistemic_rms`
+        of the elites' means in the members' output space: sqrt of the mean over outputs, reward
+        included, of their population variance) and the row's own member's mean and std, from which
+        ``[(s' - s), r]`` is sampled (mu + sigma eps in that space) and then de-normalised.
+
+        Returns ``next_observations`` ``(B, obs_dim)``, ``rewards`` ``(B,)`` (sampled, raw units),
+        ``uncertainty`` ``(B,)`` and ``member`` ``(B,)``.
+        """
+        self._require_fitted()
+        rows = len(obs)
+        members = members.to(device=obs.device, dtype=torch.long)
+        if members.shape != (rows,):
+            raise ValueError(f"members needs one index per row, shape ({rows},); got {tuple(members.shape)}")
+        elites = self.elites
+        position = torch.full((self.config.ensemble_size,), -1, dtype=torch.long, device=obs.device)
+        position[elites] = torch.arange(len(elites), device=obs.device)
+        index = position[members]
+        if bool((index < 0).any()):
+            raise ValueError(f"posterior_step takes elites as members (GaussianEnsembleDynamics.elites); got "
+                             f"{sorted(set(members[index < 0].tolist()))[:5]} among them")
+        mean, log_std = self.posterior_forward(self.normalise(obs, act))  # (E, B, out)
+        row = torch.arange(rows, device=obs.device)
+        noise = torch.randn((rows, mean.shape[-1]), device=obs.device, generator=generator)
+        out = mean[index, row] + noise * log_std[index, row].exp()
+        if self.config.normalise_outputs:
+            out = out * self.output_scale + self.output_shift
+        return {"next_observations": obs + out[:, :-1], "rewards": out[:, -1],
+                "uncertainty": epistemic_rms(mean), "member": members}
+
+    @torch.no_grad()
+    def posterior_uncertainty(self, x: torch.Tensor, chunk: int = 4096) -> torch.Tensor:
+        """U (`posterior_step`) of normalised inputs ``(B, in)``: ``(B,)``, evaluated ``chunk`` rows at a time."""
+        return torch.cat([epistemic_rms(self.posterior_forward(x[start:start + chunk])[0])
+                          for start in range(0, len(x), chunk)])
+
+    def _recorded_uncertainty(self) -> torch.Tensor:
+        if len(self.data_uncertainty) == 0:
+            raise NotFittedError("this GaussianEnsembleDynamics holds no data uncertainty: fit it with "
+                                 "record_uncertainty=True (the 'neubay' recipe does).")
+        return self.data_uncertainty
+
+    def uncertainty_threshold(self, q: float) -> float:
+        """The ``q``-quantile of U over the fitting rows (`data_uncertainty`), linearly interpolated
+        between order statistics as ``numpy.quantile``/``jnp.quantile`` do (q = 1: the largest). Read from
+        the sorted values: ``torch.quantile`` refuses more than 2^24 elements."""
+        if not 0.0 <= q <= 1.0:
+            raise ValueError(f"uncertainty_threshold takes a quantile in [0, 1], got {q}")
+        values = self._recorded_uncertainty()
+        position = q * (len(values) - 1)
+        low = int(math.floor(position))
+        high = min(low + 1, len(values) - 1)
+        low_value, high_value = values[low].item(), values[high].item()
+        return low_value + (high_value - low_value) * (position - low)
+
+    def uncertainty_mean(self) -> float:
+        """The mean of U over the fitting rows (`data_uncertainty`)."""
+        return self._recorded_uncertainty().double().mean().item()
+
     # -------------------------------------------------------------------------------- training
     def loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Gaussian NLL (without constants) summed over members, plus the log-variance bound penalty."""
+        """The training loss on normalised inputs ``x`` and member-space targets ``y``: with
+        ``loss="sum_members"`` the Gaussian NLL without constants summed over members, plus the
+        log-variance bound penalty; with ``"mean_nll"`` the NLL with its constants averaged over
+        members, rows and outputs (plus the penalty if the bounds are learned)."""
         mean, logvar = self(x)
-        nll = ((mean - y).pow(2) * torch.exp(-logvar) + logvar).mean(dim=(1, 2)).sum()
+        if self.config.loss == "mean_nll":
+            nll = 0.5 * (math.log(2 * math.pi) + logvar + (mean - y).pow(2) * torch.exp(-logvar)).mean()
+        else:
+            nll = ((mean - y).pow(2) * torch.exp(-logvar) + logvar).mean(dim=(1, 2)).sum()
         if self.config.logvar_bounds == "fixed":
             return nll
         return nll + self.config.logvar_bound_coef * (self.max_logvar.sum() - self.min_logvar.sum())
@@ -375,20 +564,31 @@ class GaussianEnsembleDynamics(nn.Module):
         keep = np.ones(len(rew), bool)
         if getattr(dataset, "metadata", {}).get("inferred_next_observations"):
             keep = ~np.asarray(dataset.terminals, bool)
+        if cfg.skip_timeouts:  # NEUBAY's world_learning_dataset leaves them out
+            keep &= ~np.asarray(dataset.timeouts, bool)
         inputs = torch.as_tensor(np.concatenate([obs, act], axis=1)[keep], device=device)
         targets = torch.as_tensor(np.concatenate([next_obs - obs, rew[:, None]], axis=1)[keep], device=device)
 
         train_idx, holdout_idx = split_holdout(len(inputs), cfg.holdout_ratio, cfg.max_holdout, cfg.batch_size,
                                                generator, device)
-        self.input_mean.copy_(inputs[train_idx].mean(0))
-        self.input_std.copy_(inputs[train_idx].std(0).clamp_min(1e-6))
+        if cfg.statistics == "all_population":  # NEUBAY's Scaler: every row, np.std, std < 1e-12 -> 1
+            mean, std = inputs.mean(0), inputs.std(0, correction=0)
+            std = torch.where(std < 1e-12, torch.ones_like(std), std)
+            reward_mean, reward_std = targets[:, -1].mean(), targets[:, -1].std(correction=0)
+            reward_std = torch.where(reward_std < 1e-12, torch.ones_like(reward_std), reward_std)
+        else:
+            mean, std = inputs[train_idx].mean(0), inputs[train_idx].std(0).clamp_min(1e-6)
+            reward_mean, reward_std = targets[train_idx, -1].mean(), targets[train_idx, -1].std().clamp_min(1e-6)
+        self.input_mean.copy_(mean)
+        self.input_std.copy_(std)
+        if cfg.normalise_outputs:  # [(s' - s) / std_s, (r - mean_r) / std_r]
+            self.output_shift.zero_()[-1] = reward_mean
+            self.output_scale.copy_(torch.cat([std[:self.obs_dim], reward_std[None]]))
+            targets = (targets - self.output_shift) / self.output_scale
         train_x, train_y = self._normalise_inputs(inputs[train_idx]), targets[train_idx]
         holdout_x, holdout_y = self._normalise_inputs(inputs[holdout_idx]), targets[holdout_idx]
 
-        # Weight decay enters the gradients (wd * W per layer), so Adam has one parameter group: with
-        # one group per decay value its step took 0.51-0.55 ms instead of 0.37 ms.
-        optimizer = torch.optim.Adam([p for p in self.parameters() if p.requires_grad], lr=cfg.learning_rate,
-                                     fused=True, capturable=device.type == "cuda")
+        optimizer = self._optimizer()
 
         # Only SiLU networks without LayerNorm and with learned bounds have the hand-written step; the
         # others train through autograd.
@@ -408,14 +608,35 @@ class GaussianEnsembleDynamics(nn.Module):
             on_lower_lr=graphed.reset if graphed is not None else None,  # the recorded Adam step holds the old rate
             keep_last=("max_logvar", "min_logvar") if cfg.logvar_bounds == "shared" else ())
         self.elites.copy_(select_elites(best_mse, cfg.num_elites))
+        if cfg.record_uncertainty:  # U of every fitting row (train and holdout) with the elites, sorted
+            self.data_uncertainty = self.posterior_uncertainty(self._normalise_inputs(inputs)).sort().values
         self.mark_fitted()
         return self.train_log
 
+    def _optimizer(self) -> torch.optim.Optimizer:
+        """`fit`'s optimiser: Adam (weight decay enters the gradients, wd * W per layer, so Adam has one
+        parameter group: with one group per decay value its step took 0.51-0.55 ms instead of 0.37 ms),
+        or AdamW with decoupled decay on every trained parameter (NEUBAY: optax.adamw)."""
+        cfg, device = self.config, self.head.weight.device
+        params = [p for p in self.parameters() if p.requires_grad]
+        if cfg.optimizer == "adamw":
+            return torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.adamw_weight_decay,
+                                     fused=True, capturable=device.type == "cuda")
+        return torch.optim.Adam(params, lr=cfg.learning_rate, fused=True, capturable=device.type == "cuda")
+
+    @property
+    def layer_weight_decay(self) -> tuple:
+        """The L2 weight decay of each layer (hidden layers, then the head); zeros for ``weight_decay=()``."""
+        return tuple(self.config.weight_decay) or (0.0,) * (self.config.hidden_layers + 1)
+
     @property
     def hand_written_step(self) -> bool:
-        """Whether `fit` uses the hand-written training step (SiLU, no LayerNorm, learned bounds)."""
+        """Whether `fit` uses the hand-written training step (SiLU, no LayerNorm, learned bounds, the
+        "logvar" head and loss "sum_members", Adam, full batches only)."""
         cfg = self.config
-        return cfg.activation == "silu" and not cfg.layer_norm and cfg.logvar_bounds != "fixed"
+        return (cfg.activation == "silu" and not cfg.layer_norm and cfg.logvar_bounds != "fixed"
+                and cfg.variance_head == "logvar" and cfg.loss == "sum_members" and cfg.optimizer == "adam_l2"
+                and cfg.drop_last)
 
     def _autograd_training_step(self, inputs: torch.Tensor, targets: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
         """`loss` on rows ``batch[i]`` for member i and every parameter's gradient through autograd, with
@@ -425,8 +646,9 @@ class GaussianEnsembleDynamics(nn.Module):
         loss = self.loss(inputs[batch], targets[batch])
         loss.backward()
         with torch.no_grad():
-            for layer, decay in zip([*self.hidden, self.head], self.config.weight_decay):
-                layer.weight.grad.add_(layer.weight, alpha=decay)
+            for layer, decay in zip([*self.hidden, self.head], self.layer_weight_decay):
+                if decay:
+                    layer.weight.grad.add_(layer.weight, alpha=decay)
         return loss.detach()
 
     @torch.no_grad()
@@ -575,7 +797,7 @@ class _SiLUEnsembleTrainingStep:
         torch.mul(error, precision, out=self.head_grad[..., :out_dim]).mul_(2.0 * k)
 
         grad_out = self.head_grad
-        decay = model.config.weight_decay  # L2 on each layer's weights: its gradient wd * W joins the matmul
+        decay = model.layer_weight_decay  # L2 on each layer's weights: its gradient wd * W joins the matmul
         member_matmul(below.transpose(1, 2), grad_out, model.head.weight.grad, add=model.head.weight, beta=decay[-1])
         torch.sum(grad_out, dim=1, keepdim=True, out=model.head.bias.grad)
         member_matmul(grad_out, model.head.weight.transpose(1, 2), self.grad_act)
@@ -595,10 +817,22 @@ def default_cache_dir() -> Path:
     return cache_root() / "dynamics"
 
 
+def cache_settings(config: DynamicsConfig) -> dict:
+    """The settings that key a cached model: the config, less the posterior settings left at their
+    defaults (models cached before those settings existed keep their keys)."""
+    settings = asdict(config)
+    for name, default in _POSTERIOR_DEFAULTS.items():
+        if settings[name] == default:
+            del settings[name]
+    return settings
+
+
 def load_or_fit_dynamics(dataset, config: DynamicsConfig = DynamicsConfig(), cache_dir: Optional[str | Path] = None,
                          device: str | torch.device = "cpu", progress: bool = True) -> tuple[GaussianEnsembleDynamics, Path]:
     """The model trained on ``dataset`` with ``config``: loaded from the cache if it was trained before
-    (`mbrl_offline.cache`: keyed by the dataset's fingerprint and the full config). Returns the model
+    (`mbrl_offline.cache`: keyed by the dataset's fingerprint and the full config, less the posterior
+    settings left at their defaults, so that older cached models keep their keys). The model keeps
+    its `data_uncertainty` in its file. Returns the model
     and its file, which `GaussianEnsembleDynamics.load` also reads directly."""
 
     def fit() -> GaussianEnsembleDynamics:
@@ -606,7 +840,7 @@ def load_or_fit_dynamics(dataset, config: DynamicsConfig = DynamicsConfig(), cac
         model.fit(dataset, device=device, progress=progress)
         return model
 
-    return load_or_fit("dynamics", dataset.env_name or "env", dataset.fingerprint(), asdict(config), fit,
+    return load_or_fit("dynamics", dataset.env_name or "env", dataset.fingerprint(), cache_settings(config), fit,
                        save=lambda model, path: model.save(path),
                        load=lambda path: GaussianEnsembleDynamics.load(path, map_location=device),
                        cache_dir=cache_dir)

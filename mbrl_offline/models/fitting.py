@@ -10,10 +10,11 @@ holdout error per member; `fit_ensemble` runs the epochs.
 The rules, with the settings that choose them (fields of `mbrl_offline.models.dynamics.DynamicsConfig`):
 
 * holdout: ``round(holdout_ratio * rows)`` rows drawn at random, at most ``max_holdout``;
+* batches: ``rows // batch_size`` per epoch, or ``ceil(rows / batch_size)`` with ``drop_last=False``;
 * each member's rows per epoch (``bootstrap``): a fresh resample with replacement ("every_epoch"),
   one resample drawn before training and reshuffled each epoch ("once"), or a shuffle of all rows ("none");
 * early stopping: a member improves when its holdout MSE drops by more than ``improvement_threshold``
-  (relative) below its best; its parameters are then snapshot; training stops after ``patience``
+  (relative; or absolute with ``improvement="absolute"``) below its best; its parameters are then snapshot; training stops after ``patience``
   epochs in which no member improved, but not before ``min_epochs`` (before then, running out of
   patience lowers the learning rate once, by 0.3, as RAVL's code does);
 * the model ends with each member's best snapshot, and the elites are the ``num_elites`` members with
@@ -73,12 +74,22 @@ class MemberRows:
         return torch.gather(self.resample, 1, index) if self.bootstrap == "once" else index
 
 
+IMPROVEMENTS = ("relative", "absolute")
+
+
 class EarlyStopping:
-    """Per-member best holdout error and snapshot, and the stopping rule (see the module docstring)."""
+    """Per-member best holdout error and snapshot, and the stopping rule (see the module docstring).
+
+    ``improvement``: a member improves when ``(best - error) / best`` ("relative", the dynamics
+    ensembles' rule) or ``best - error`` ("absolute": NEUBAY's bandit reward ensemble, on the holdout
+    NLL, which can be negative) exceeds ``improvement_threshold``."""
 
     def __init__(self, model: FittableEnsemble, initial_mse: torch.Tensor, improvement_threshold: float,
-                 patience: int, min_epochs: int):
+                 patience: int, min_epochs: int, improvement: str = "relative"):
+        if improvement not in IMPROVEMENTS:
+            raise ValueError(f"unknown improvement rule '{improvement}'; choose one of {', '.join(IMPROVEMENTS)}")
         self.model, self.threshold, self.patience, self.min_epochs = model, improvement_threshold, patience, min_epochs
+        self.improvement = improvement
         self.best_mse = initial_mse
         self.best_state = copy.deepcopy(model.state_dict())
         self.epochs_since_improvement, self.lr_dropped = 0, False
@@ -86,7 +97,8 @@ class EarlyStopping:
     def step(self, epoch: int, mse: torch.Tensor) -> str:
         """Record an epoch's holdout MSE per member: "continue", "stop", or "lower_lr" (patience ran out
         before ``min_epochs``, the first time)."""
-        improved = (self.best_mse - mse) / self.best_mse > self.threshold
+        drop = self.best_mse - mse
+        improved = (drop if self.improvement == "absolute" else drop / self.best_mse) > self.threshold
         if improved.any():
             self.model.copy_members(self.best_state, improved)
             self.best_mse = torch.where(improved, mse, self.best_mse)
@@ -120,7 +132,10 @@ def fit_ensemble(model: FittableEnsemble, train: tuple[torch.Tensor, torch.Tenso
     ``train_batch(rows)`` takes ``(members, batch_size)`` indices into the training rows (member i
     trains on rows ``rows[i]``), takes one optimiser step and returns the batch's loss (a tensor: the
     epoch sums it on the device, no sync per batch). ``config`` has ``batch_size``, ``bootstrap``,
-    ``ensemble_size``, ``max_epochs``, ``min_epochs``, ``patience`` and ``improvement_threshold``.
+    ``ensemble_size``, ``max_epochs``, ``min_epochs``, ``patience`` and ``improvement_threshold``, and
+    may have ``improvement`` ("relative" when absent, see `EarlyStopping`) and ``drop_last`` (True when
+    absent: an epoch's final partial batch is dropped; False: it is trained, ``ceil(rows / batch_size)``
+    batches).
     ``keep_last`` names state entries that belong to no member (shared parameters): they keep their
     last values instead of a snapshot's. ``on_lower_lr`` is called after the learning rate is lowered.
     """
@@ -129,10 +144,15 @@ def fit_ensemble(model: FittableEnsemble, train: tuple[torch.Tensor, torch.Tenso
     device = train_x.device
     rows = MemberRows(config.bootstrap, config.ensemble_size, len(train_x), generator, device)
     stopping = EarlyStopping(model, model.holdout_mse(holdout_x, holdout_y), config.improvement_threshold,
-                             config.patience, config.min_epochs)
+                             config.patience, config.min_epochs, getattr(config, "improvement", "relative"))
     log: list[dict] = []
     bar = progress_bar(total=config.max_epochs, desc=desc, disable=not progress)
-    batches = len(train_x) // config.batch_size  # a final partial batch is dropped (a fresh shuffle follows)
+    if getattr(config, "drop_last", True):
+        batches = len(train_x) // config.batch_size  # a final partial batch is dropped (a fresh shuffle follows)
+        trained_rows = batches * config.batch_size
+    else:
+        batches = -(-len(train_x) // config.batch_size)  # the final partial batch trains too (NEUBAY)
+        trained_rows = len(train_x)
     for epoch in range(1, config.max_epochs + 1):
         model.train()
         index = rows.epoch()
@@ -146,7 +166,7 @@ def fit_ensemble(model: FittableEnsemble, train: tuple[torch.Tensor, torch.Tenso
         mse = model.holdout_mse(holdout_x, holdout_y)
         decision = stopping.step(epoch, mse)
         log.append({"epoch": epoch, "train_loss": epoch_loss / batches,
-                    "samples_per_s": batches * config.batch_size / batch_seconds,
+                    "samples_per_s": trained_rows / batch_seconds,
                     "holdout_mse": mse.tolist(), "best_holdout_mse": stopping.best_mse.tolist()})
         bar.update(1)
         bar.set_postfix(loss=f"{epoch_loss / batches:.3f}", holdout=f"{stopping.best_mse.mean().item():.4f}")

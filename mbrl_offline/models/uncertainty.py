@@ -12,6 +12,9 @@ or samples derived from them, and returns one number per row, ``(B,)``:
   mixes disagreement with each member's own noise, as COPlanner's ``predict_env.step`` does.
 * `mean_disagreement`: ``|std_i mu_i^{s'}|_2``, the spread of the members' mean next states
   (epistemic only; OfflineRL-Kit's ``ensemble_std`` without the square root's mean).
+* `epistemic_rms` (NEUBAY): ``sqrt(mean_d Var_i mu_{i,d})``, the root mean over outputs of the
+  population variance of the members' means; NEUBAY takes it over the elites in the normalised output
+  space (`GaussianEnsembleDynamics.posterior_step`).
 * `bellman_target_spread` (MOBILE): ``std_i mean_m V(s'_{i,m})`` over next states sampled from each
   member, where V is the caller's value of a next state (MOBILE: the target critics' min at a
   policy action); the std is torch's default (unbiased), as ``torch.std`` in MOBILE's code.
@@ -49,6 +52,12 @@ def sampled_disagreement(member_samples: torch.Tensor) -> torch.Tensor:
 def mean_disagreement(mean: torch.Tensor) -> torch.Tensor:
     """``(members, B, obs_dim + 1)`` means -> norm of the members' std of the next-state change ``(B,)``."""
     return mean[..., :-1].std(dim=0, correction=0).norm(dim=-1)
+
+
+def epistemic_rms(mean: torch.Tensor) -> torch.Tensor:
+    """NEUBAY's U ("epi_mean"): ``(members, B, D)`` means -> ``sqrt(mean_d Var_i mu_{i,d})`` ``(B,)``, the
+    population variance over members, every output (reward included)."""
+    return mean.var(dim=0, correction=0).mean(dim=-1).sqrt()
 
 
 def bellman_target_spread(next_observations: torch.Tensor, value: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
