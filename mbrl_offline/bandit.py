@@ -122,26 +122,26 @@ class BanditConfig:
     head_hidden: int = 64  # width of the Q head's 2 Blocks (official 256)
     head_layers: int = 2
     gamma: float = 0.99
-    tau: float = 0.005  # Polyak rate of the target network
-    encoder_lr: float = 3e-4  # Adam, constant (official 3e-6, tuned at width 256 for 20,000 updates)
-    head_lr: float = 1e-3  # (official 1e-4)
+    tau: float = 0.05  # Polyak rate of the target network (official 0.005: too slow a value propagation here)
+    encoder_lr: float = 1e-3  # Adam, constant (official 3e-6, tuned at width 256 for 20,000 updates)
+    head_lr: float = 3e-3  # (official 1e-4)
     grad_clip: float = 1.0  # gradient norm of each parameter group (encoder, head)
     adam_eps: float = 1e-8
     # training
-    updates: int = 2000  # gradient steps in all (official 20,000)
-    tape_length: int = 1000  # rows of one update's tape (whole episodes concatenated, cut)
+    updates: int = 5000  # gradient steps in all (official 20,000)
+    tape_length: int = 303  # rows of one update's tape, whole episodes concatenated, cut (official 1000)
     buffer_rows: int = 1_000_000  # rollout rows kept (whole episodes, first in first out)
     parallel: int = 100  # rollouts per collection, a multiple of elites
     utd: float = 0.02  # updates per collected transition: ceil(utd x parallel x horizon) after each collection
     eps_start: float = 1.0  # epsilon-greedy exploration in the rollouts,
     eps_end: float = 0.1  # annealed linearly
-    eps_fraction: float = 0.1  # over this fraction of the updates
+    eps_fraction: float = 0.3  # over this fraction of the updates (official 0.1)
 
     @classmethod
     def paper(cls, **overrides) -> "BanditConfig":
         """The official sizes (``configs/offline_bandit.yaml``)."""
         official = dict(d_model=256, d_hidden=128, head_hidden=256, encoder_lr=3e-6, head_lr=1e-4, updates=20_000,
-                        evaluations=100)
+                        evaluations=100, tau=0.005, tape_length=1000, eps_fraction=0.1)
         return cls(**{**official, **overrides})
 
     def validate(self, section: str = "bandit") -> "BanditConfig":
