@@ -298,6 +298,8 @@ SETTING_DOCS = {
     "preset": "published per-dataset settings, configs/preset/<algo>-<env>-<dataset>.yaml",
     "sweep": "the fields of SweepConfig (mbrl_offline/tune.py); the search space is sweep.space",
     "collect": "the fields of CollectConfig (mbrl_offline/collect.py)",
+    "bandit": "the fields of BanditConfig (mbrl_offline/bandit.py); bandit=cpu (CPU sizes) or bandit=paper (the "
+              "official sizes), configs/bandit/<name>.yaml",
 }
 
 QUOTING_NOTE = ("Values are read as Hydra overrides (lists key=[a,b], interpolations ${...}, quotes 'a b'); a "

@@ -23,7 +23,7 @@ GROUPS = ["algo", "generator", "env", "budget", "preset"]
 # The config groups each tool's --help must list (the tools without a config take options instead).
 TOOL_GROUPS = {"train": GROUPS, "sweep": GROUPS + ["sweep"], "edge_of_reach": GROUPS, "collect": ["env"],
                "inspect_dataset": ["env"], "evaluate": [], "report": None, "dynamics_in_pytorch": None,
-               "dynamics_error": ["env"]}
+               "dynamics_error": ["env"], "bandit": ["bandit"]}
 # File paths that Hydra's override grammar does not read as written: non-ASCII, spaces, '=', ',', brackets,
 # quotes, trailing backslashes, shell-ish characters.
 PATHS = ["/tmp/données/run", "/tmp/runs/été 1", "/tmp/my runs/x", "runs/a=b,c", "runs/a,b", "runs/x[1]{2}(3)",
@@ -127,6 +127,9 @@ def cfg_job_cases(tmp_path: Path) -> dict:
                             "job"],
                            lambda c: c["out"] == f"{path}.png" and c["starts"] == 8 and c["env"]["name"] == "hopper"
                            and c["checkpoint"] == f"{path}/checkpoint.pt" and c["length"] == 32),
+        "bandit": (["bandit=paper", f"out={path}.png", "penalties=[0,2.5]", "bandit.updates=300", "--cfg", "job"],
+                   lambda c: c["out"] == f"{path}.png" and c["penalties"] == [0, 2.5] and c["bandit"]["updates"] == 300
+                   and c["bandit"]["d_model"] == 256 and c["seed"] == 0),
         "dynamics_in_pytorch": (["--model", f"{path}.pt", "--cfg", "job"],
                                 lambda c: c == {"model": f"{path}.pt", "dataset": "pendulum-medium"}),
     }
@@ -144,7 +147,7 @@ def test_cfg_job_prints_the_composed_config_and_writes_nothing(tool, tmp_path, m
     assert sorted(p.name for p in tmp_path.iterdir()) == ["work"] and list(work.iterdir()) == []
 
 
-@pytest.mark.parametrize("tool", ["train", "collect", "inspect_dataset", "edge_of_reach"])
+@pytest.mark.parametrize("tool", ["train", "collect", "inspect_dataset", "edge_of_reach", "bandit"])
 @pytest.mark.parametrize("argv, message", [
     (["--multirun", "seed=1"], "error: --multirun: the tools run one job; for a search over settings use"),
     (["--cfg", "hydra"], "error: --cfg hydra: these tools print only the job's config"),
