@@ -14,9 +14,14 @@ torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):
-    """The slow learning tests first: under ``-n 2`` (setup.cfg) the two workers take them in turn from the
-    start instead of one worker finishing the last of them alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)  # stable: order kept otherwise
+    """The slow learning tests first, their CPU variants before the CUDA ones (which skip without a GPU):
+    under ``-n 2`` (setup.cfg) the two workers take them in turn from the start, instead of one worker
+    running the last of them alone at the end."""
+    def key(item):
+        callspec = getattr(item, "callspec", None)
+        cuda = callspec is not None and callspec.params.get("device") == "cuda"
+        return item.get_closest_marker("slow") is None, cuda
+    items.sort(key=key)  # stable: the order is kept otherwise
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

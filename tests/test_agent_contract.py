@@ -31,8 +31,8 @@ from mbrl_offline.models.dynamics import DynamicsConfig
 from mbrl_offline.roles import Agent, EpisodePolicy, Generator, Mixing, Policy, history_inputs
 from mbrl_offline.trainer import TrainerConfig
 
-TINY_DYNAMICS = DynamicsConfig(ensemble_size=3, num_elites=2, hidden_size=16, hidden_layers=2,
-                               weight_decay=(0.0, 0.0, 0.0), min_epochs=0, max_epochs=2)
+TINY_DYNAMICS = dict(ensemble_size=3, num_elites=2, hidden_size=16, hidden_layers=2, min_epochs=0, max_epochs=2)
+TINY_WIDTHS = dict(hidden_size=16, d_model=16, d_hidden=8, head_hidden=16)  # whichever the agent's config has
 
 
 FAKE = "fake-recurrent"  # the fake agent of sequences, registered for every test here
@@ -61,7 +61,8 @@ def tiny(name: str, generator: str = "published", mixing=None):
     """The agent's config and generator at test sizes (``generator``: published or none; ``mixing``
     replaces the generator's mixing rule)."""
     agent_cls, config_cls = ALGORITHMS[name]
-    config = dataclasses.replace(config_cls(), hidden_size=16, batch_size=32)
+    widths = {k: v for k, v in TINY_WIDTHS.items() if k in {f.name for f in dataclasses.fields(config_cls)}}
+    config = dataclasses.replace(config_cls(), batch_size=32, **widths)
     if generator == "none":
         return config, NoGeneratorConfig()
     published = agent_cls.published_generator()
@@ -70,7 +71,11 @@ def tiny(name: str, generator: str = "published", mixing=None):
     fields = {f.name for f in dataclasses.fields(published)}
     changes = {"every": 10, "mixing": mixing or published.mixing}
     if "dynamics" in fields:
-        changes["dynamics"] = TINY_DYNAMICS
+        dynamics = published.dynamics  # its recipe at test sizes (an L2 weight decay per layer: none)
+        changes["dynamics"] = dataclasses.replace(dynamics, **TINY_DYNAMICS,
+                                                  weight_decay=(0.0,) * 3 if dynamics.weight_decay else ())
+    if "posterior" in fields:  # one rollout per elite
+        changes["posterior"] = dataclasses.replace(published.posterior, parallel=TINY_DYNAMICS["num_elites"])
     if "rollout" in fields:
         changes["rollout"] = dataclasses.replace(published.rollout, rollouts_per_epoch=40, retain_epochs=2)
     return config, dataclasses.replace(published, **changes)
@@ -288,8 +293,9 @@ def check_tape_weights(trainer, name):
 @pytest.mark.parametrize("name", NAMES)
 def test_bad_settings_are_refused_in_one_line(name):
     _, config_cls = ALGORITHMS[name]
-    for settings, message in (({"batch_size": 0}, "algo.batch_size must be at least 1, got 0."),
-                              ({"hidden_size": 0}, "algo.hidden_size must be at least 1, got 0."),
+    width = next(k for k in TINY_WIDTHS if k in {f.name for f in dataclasses.fields(config_cls)})
+    for settings, message in (({"batch_size": 0}, "algo.batch_size must be at least"),
+                              ({width: 0}, f"algo.{width} must be at least 1, got 0."),
                               ({"batch_size": "many"}, "algo.batch_size = 'many' has the wrong type; expected int."),
                               ({"no_such_setting": 1}, "unknown setting 'algo.no_such_setting'")):
         with pytest.raises(ConfigError) as error:

@@ -26,6 +26,7 @@ rewards are negative); COPlanner uses alpha's learning rate 3e-4 (RAVL's) instea
 `CASES` holds every agent's settings; `benchmarks/learning_seeds.py` runs them for other seeds.
 """
 import dataclasses
+import os
 
 import pytest
 import torch
@@ -90,15 +91,16 @@ def pgd(agent_cls, **settings):
     return config, dataclasses.replace(generator, train=dataclasses.replace(generator.train, steps=3000))
 
 
-# name -> (agent class, a function giving its config and generator config, dataset, epochs of 250 updates)
+# name -> (agent class, a function giving its config and generator config, dataset, epochs of 250 updates),
+# the longest first (CI's two workers take them in this order)
 CASES = {
+    "iql-pgd": (IQL, lambda: pgd(IQL), "pendulum-medium-replay", 80),
     "ravl": (RAVL, lambda: small(RAVL), "pendulum-medium", 60),
     "mopo": (MOPO, lambda: small(MOPO), "pendulum-medium", 60),
     "mobile": (MOBILE, lambda: small(MOBILE, rollout={"horizon": 5}, target_floor=None), "pendulum-medium", 60),
     "coplanner": (COPlanner, lambda: small(COPlanner, alpha_lr=3e-4), "pendulum-medium", 60),
     "td3bc": (TD3BC, lambda: model_free(TD3BC, alpha=10.0), "pendulum-medium", 80),
     "iql": (IQL, lambda: model_free(IQL), "pendulum-medium-replay", 80),
-    "iql-pgd": (IQL, lambda: pgd(IQL), "pendulum-medium-replay", 80),
 }
 
 
@@ -124,8 +126,10 @@ def uses_dynamics(name: str) -> bool:
 
 @pytest.fixture(scope="module")
 def model_cache(tmp_path_factory):
-    """The dynamics model of the model-based cases, trained once for the four of them."""
-    cache = tmp_path_factory.mktemp("dynamics")
+    """The dynamics model of the model-based cases, trained once for the four of them: in a folder that
+    pytest-xdist's workers share (the cache's file lock lets one of them fit it while the other waits)."""
+    root = tmp_path_factory.getbasetemp()
+    cache = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "learning-dynamics"
     torch.manual_seed(0)  # as build_run does before it builds the generator
     load_or_fit_dynamics(load_dataset("pendulum-medium"), DYNAMICS, cache, progress=False)
     return cache

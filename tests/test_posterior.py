@@ -349,10 +349,7 @@ def test_config_checks():
 
 
 def test_generator_defaults_are_neubays():
-    try:
-        config = PosteriorGeneratorConfig()
-    except ConfigError as error:  # the "neubay" recipe (commit A) or the tape rule (commit C) not merged yet
-        pytest.skip(f"needs the merged spine and recipe: {error}")
+    config = PosteriorGeneratorConfig()
     assert config.utd == 0.05 and config.every == 0 and config.buffer_rows == 40_000_000
     assert config.mixing.rule == "tape" and config.mixing.kappa == 0.05
     assert config.posterior == PosteriorConfig(parallel=100, quantile=1.0, penalty_coef=0.0, max_rollout_len=-1)

@@ -27,7 +27,7 @@ history starts at t = 0 of a uniformly drawn episode.
 * the stored reward is ``r - (penalty_coef / Ū_mean)·U`` (Ū_mean: the fitting rows' mean U); the next
   policy input, and the extra field ``observed_rewards``, carry the raw model reward r.
 
-**Rows** are sequence rows (`mbrl_offline.roles`, §4.C of the port's plan): one episode per rollout,
+**Rows** are sequence rows (`mbrl_offline.roles`): one episode per rollout,
 the real prefix (t rows, copied from the data: ``synthetic`` False, ``member`` -1, ``uncertainty``
 NaN, ``observed_rewards`` = the data's rewards) followed by the imagined continuation (H rows:
 ``synthetic`` True, the member, U, the raw reward), with ``starts`` True at each episode's first row.
@@ -98,7 +98,7 @@ class PosteriorConfig:
 
 
 def _neubay_dynamics() -> DynamicsConfig:
-    """The official posterior's recipe (commit A adds it to `mbrl_offline.models.dynamics.DYNAMICS_RECIPES`)."""
+    """The official posterior's recipe (``DYNAMICS_RECIPES["neubay"]`` of `mbrl_offline.models.dynamics`)."""
     from mbrl_offline.models.dynamics import dynamics_recipe
 
     return dynamics_recipe("neubay")
