@@ -14,7 +14,7 @@ from tests.test_rollouts import constant_model
 
 
 def test_every_agent_is_registered_under_its_config_name():
-    assert set(ALGORITHMS) == {"ravl", "mopo", "mobile", "coplanner", "td3bc", "iql"}
+    assert set(ALGORITHMS) == {"ravl", "mopo", "mobile", "coplanner", "td3bc", "iql", "neubay"}
     assert MOPO.published_generator().rollout.penalty == "aleatoric" and MOPOConfig().num_critics == 2
     assert COPlanner.published_generator().rollout.planner == "upmpc"
     assert COPlanner.published_generator().rollout.upmpc.candidates == 5

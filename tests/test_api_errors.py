@@ -39,7 +39,9 @@ def data():
 def agent(request):
     agent_cls, config_cls = ALGORITHMS[request.param]
     low, high = ENV.action_bounds()
-    return agent_cls(ENV.obs_dim, ENV.act_dim, low, high, dataclasses.replace(config_cls(), hidden_size=16))
+    small = {k: v for k, v in dict(hidden_size=16, d_model=16, d_hidden=8, head_hidden=16).items()
+             if k in {f.name for f in dataclasses.fields(config_cls)}}  # whichever widths the agent's config has
+    return agent_cls(ENV.obs_dim, ENV.act_dim, low, high, dataclasses.replace(config_cls(), **small))
 
 
 # ---------------------------------------------------------------------------- act, for every agent

@@ -41,7 +41,7 @@ def test_train_then_evaluate(tmp_path, device):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: coplanner, iql, mobile, mopo, ravl, td3bc."),
+    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: coplanner, iql, mobile, mopo, neubay, ravl, td3bc."),
     ("env=hoper", "error: unknown env 'hoper'. Did you mean 'hopper'? Known: ant, halfcheetah, hopper,"),
     ("algo.etta=1", "error: unknown setting 'algo.etta'. Did you mean 'algo.eta'? Valid: num_critics, eta,"),
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
@@ -49,7 +49,7 @@ def test_train_then_evaluate(tmp_path, device):
     ("budget=slow", "error: unknown budget 'slow'. Known: paper, quick."),
     ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac."),
     ("generator.mixing.real_ratio=1.5", "error: mixing.real_ratio must be between 0 and 1, got 1.5."),
-    ("generator.mixing.rule=half", "error: unknown mixing rule 'half'; choose one of fraction, counts, weights."),
+    ("generator.mixing.rule=half", "error: unknown mixing rule 'half'; choose one of fraction, counts, weights, tape."),
     ("generator.rollout.horizon=0", "error: rollout.horizon must be at least 1, got 0."),
     ("generator.dynamics.num_elites=9", "error: num_elites must be in 1..ensemble_size (7), got 9."),
     ("generator.every=-1", "error: generator.every must be >= 0 (0: generate once), got -1."),

@@ -22,6 +22,8 @@ from mbrl_offline.config import check_device, check_writable_dir
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError
 from mbrl_offline.generators import RolloutConfig, RolloutGeneratorConfig, UPMPCConfig
 from mbrl_offline.models.dynamics import DynamicsConfig
+from mbrl_offline.algorithms.neubay import NEUBAYConfig
+from mbrl_offline.generators.posterior import PosteriorConfig, PosteriorGeneratorConfig
 from mbrl_offline.trainer import RUN_FILES, TrainerConfig, check_run_dir
 from mbrl_offline.tune import PrunerConfig, SamplerConfig, SweepConfig
 
@@ -66,7 +68,22 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (DynamicsConfig, "holdout_ratio", 1.0), (DynamicsConfig, "holdout_ratio", -0.2), (DynamicsConfig, "max_holdout", 0),
     (DynamicsConfig, "bootstrap", "twice"), (DynamicsConfig, "max_epochs", 0), (DynamicsConfig, "min_epochs", -1),
     (DynamicsConfig, "patience", 0), (DynamicsConfig, "improvement_threshold", -0.01), (DynamicsConfig, "input_clip", 0.0),
-    (DynamicsConfig, "seed", -1),
+    (DynamicsConfig, "seed", -1), (DynamicsConfig, "init", "normal"), (DynamicsConfig, "variance_head", "std"),
+    (DynamicsConfig, "log_std_min", NAN), (DynamicsConfig, "log_std_max", NAN), (DynamicsConfig, "statistics", "median"),
+    (DynamicsConfig, "loss", "mse"), (DynamicsConfig, "optimizer", "sgd"), (DynamicsConfig, "adamw_weight_decay", -1e-5),
+    (NEUBAYConfig, "batch_size", 1), (NEUBAYConfig, "encoder", "lstm"), (NEUBAYConfig, "d_model", 0),
+    (NEUBAYConfig, "d_hidden", 0), (NEUBAYConfig, "encoder_layers", 0), (NEUBAYConfig, "r_min", 1.0),
+    (NEUBAYConfig, "r_max", 0.0), (NEUBAYConfig, "max_phase", 0.0), (NEUBAYConfig, "head_hidden", 0),
+    (NEUBAYConfig, "head_layers", 0), (NEUBAYConfig, "num_critics", 0), (NEUBAYConfig, "sampled_critics", 11),
+    (NEUBAYConfig, "gamma", 0.0), (NEUBAYConfig, "tau", 0.0), (NEUBAYConfig, "init_alpha", 0.0),
+    (NEUBAYConfig, "target_alpha_ratio", -1.0), (NEUBAYConfig, "encoder_lr", 0.0), (NEUBAYConfig, "critic_encoder_lr", -1.0),
+    (NEUBAYConfig, "actor_encoder_lr", NAN), (NEUBAYConfig, "critic_head_lr", 0.0), (NEUBAYConfig, "actor_head_lr", 0.0),
+    (NEUBAYConfig, "alpha_lr", 0.0), (NEUBAYConfig, "critic_lr_ratio", 2.0), (NEUBAYConfig, "actor_lr_ratio", -1.0),
+    (NEUBAYConfig, "adam_eps", 0.0), (NEUBAYConfig, "grad_clip", 0.0), (NEUBAYConfig, "schedule_updates", 0),
+    (PosteriorConfig, "parallel", 0), (PosteriorConfig, "quantile", 2.0), (PosteriorConfig, "penalty_coef", -1.0),
+    (PosteriorConfig, "max_rollout_len", 0),
+    (PosteriorGeneratorConfig, "kind", "posterio"), (PosteriorGeneratorConfig, "every", -1),
+    (PosteriorGeneratorConfig, "utd", 0.0), (PosteriorGeneratorConfig, "buffer_rows", 0),
     (MixingConfig, "rule", "half"), (MixingConfig, "real_ratio", 1.5), (MixingConfig, "real_ratio", NAN),
     (MixingConfig, "real_rows", -1), (MixingConfig, "kappa", 2.0),
     (SweepConfig, "n_trials", 0), (SweepConfig, "seeds", ()), (SweepConfig, "seeds", (-1,)),
@@ -88,7 +105,8 @@ ANY_VALUE = {(SweepConfig, "storage"), (SweepConfig, "study_name"), (SweepConfig
              (SamplerConfig, "name"), (PrunerConfig, "name"),  # checked by SweepConfig (rows above)
              (CollectConfig, "minari_root"), (CollectConfig, "sac"),
              (RolloutConfig, "upmpc"), (RolloutGeneratorConfig, "rollout"), (RolloutGeneratorConfig, "dynamics"),
-             (RolloutGeneratorConfig, "mixing")}
+             (RolloutGeneratorConfig, "mixing"), (PosteriorGeneratorConfig, "posterior"),
+             (PosteriorGeneratorConfig, "dynamics"), (PosteriorGeneratorConfig, "mixing")}
 
 
 @pytest.mark.parametrize("cls, field, value", BAD_SETTINGS,
