@@ -137,7 +137,6 @@ class Trainer:
             buffer_cls = SequenceBuffer if generator.produces == "sequences" else TransitionBuffer
             self.synthetic = buffer_cls(generator.buffer_capacity, dataset.obs_dim, dataset.act_dim, self.device,
                                         extra_fields=generator.extra_fields)
-        if generator is not None:
             mixing = generator.config.mixing
         elif self.consumes == "sequences":  # tapes of the dataset alone: every row real, a plain masked mean
             mixing = MixingConfig(rule="tape", kappa=1.0)

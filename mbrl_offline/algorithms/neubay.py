@@ -60,6 +60,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from mbrl_offline.buffer import tape_weights
 from mbrl_offline.config import (require_above_zero, require_fraction, require_in_range, require_nonnegative,
                                  require_positive)
 from mbrl_offline.data.envs import get_env_info
@@ -136,11 +137,11 @@ def tape_inputs(tape: dict[str, torch.Tensor]) -> torch.Tensor:
 
 def loss_weights(tape: dict[str, torch.Tensor]) -> torch.Tensor:
     """The weight w_k of TD row k ``(T - 1,)``: the tape's ``weights`` (kappa mixing) or, without them, the
-    masked mean's m_k / max(1, sum m) with m_k = 1 - starts_{k+1}."""
+    masked mean's m_k / max(1, sum m) with m_k = 1 - starts_{k+1} (`mbrl_offline.buffer.tape_weights`
+    with every row real and kappa 1)."""
     if "weights" in tape:
         return tape["weights"][:-1].float()
-    mask = (~tape["starts"][1:].bool()).float()
-    return mask / mask.sum().clamp_min(1.0)
+    return tape_weights(tape["starts"].bool(), torch.zeros_like(tape["starts"], dtype=torch.bool), 1.0)[:-1]
 
 
 def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
