@@ -84,13 +84,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 import types
 from pathlib import Path
+
+from side_by_side import child_or_driver, compare  # the benchmarks' folder: the standard library only
 
 # No torch at the top: the official side's process runs this file under a Python without it.
 OBS, ACT = 11, 3  # hopper
@@ -101,19 +101,6 @@ OFFICIAL_FILE = Path("diffusion") / "edm.py"
 SAME_WORK = {"train": ("unet_parameters", "steps", "batch", "window", "channels"),
              "sample": ("unet_parameters", "sampler_steps", "trajectories", "rows", "channels"),
              "guided": ("unet_parameters", "policy_parameters", "sampler_steps", "trajectories", "rows", "channels")}
-
-
-def pin_threads(threads: int) -> None:
-    """Run this process on its first ``threads`` allowed cores (XLA sizes its pool by the affinity)."""
-    allowed = sorted(os.sched_getaffinity(0))
-    if threads < len(allowed):
-        os.sched_setaffinity(0, allowed[:threads])
-
-
-def work_differences(official: dict, ours: dict, measure: str) -> list[str]:
-    """The quantities of ``SAME_WORK[measure]`` in which the two sides' reports differ, as lines."""
-    return [f"{key}: official {official.get(key)}, ours {ours.get(key)}" for key in SAME_WORK[measure]
-            if official.get(key) != ours.get(key)]
 
 
 # ------------------------------------------------------------------------------------------- official
@@ -334,19 +321,6 @@ def our_child(args) -> None:
 
 
 # ------------------------------------------------------------------------------------------- driver
-def run_child(side: str, measure: str, args, argv: list[str]) -> dict:
-    python = str(args.python) if side == "official" else sys.executable
-    command = [python, __file__, *argv, "--side", side, "--measure", measure]
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")  # a CPU comparison: neither side may pick a GPU
-    if side == "official":
-        env["JAX_PLATFORMS"] = "cpu"
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    results = [line[len("RESULT "):] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not results:
-        sys.exit(f"error: the {side} {measure} measurement failed:\n{done.stderr[-3000:]}")
-    return json.loads(results[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pgd", type=Path, required=True, help="a checkout of EmptyJackson/policy-guided-diffusion")
@@ -377,13 +351,8 @@ def main() -> None:
                  "Clone it outside this repository and pass its path with --pgd.")
     if args.guidance_scale == 0.0 and "guided" in args.measures:
         sys.exit("error: --guidance-scale 0 is unguided on both sides; give a nonzero scale for the guided measure.")
-    if args.side:
-        pin_threads(args.threads)
-        official_child(args) if args.side == "official" else our_child(args)
+    if child_or_driver(args, official_child, our_child):
         return
-    if not args.python.is_file():
-        sys.exit(f"error: --python {args.python} is not a file; give the Python of the environment with the "
-                 "official code's packages (see the docstring).")
     torch, throughput = import_ours()
     from mbrl_offline import mkl_avx512
     argv = list(sys.argv[1:])
@@ -394,26 +363,8 @@ def main() -> None:
           f"(U-Net evaluations: official {2 * args.sampler_steps}, ours {2 * args.sampler_steps - 1}), "
           f"{args.sample_batch} trajectories of {args.length} rows per call; {args.calls} timed calls per process")
     print()
-    print("| measure | pair | official | ours | ours / official | peak GFLOP/s (official jnp / ours torch) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    summary, checked, versions = [], [], {}
-    for measure in args.measures:
-        ratios = []
-        for pair in range(1, args.pairs + 1):
-            official, ours = run_child("official", measure, args, argv), run_child("ours", measure, args, argv)
-            differences = work_differences(official["work"], ours["work"], measure)
-            if differences:
-                sys.exit(f"error: the two sides did different {measure} work: " + "; ".join(differences))
-            versions = official["versions"]
-            ratios.append(ours["rate"] / official["rate"])
-            print(f"| {measure} ({UNITS[measure]}) | {pair} | {official['rate']:,.1f} | {ours['rate']:,.1f} | "
-                  f"{ratios[-1]:.2f}x | {official['peak']:.0f} / {ours['peak']:.0f} |", flush=True)
-        checked.append(f"{measure}: " + ", ".join(f"{k} {ours['work'][k]:,}" for k in SAME_WORK[measure]))
-        summary.append(f"{measure}: ours / official = {min(ratios):.2f}-{max(ratios):.2f}x ({UNITS[measure]})")
-    print()
-    print("official side: " + ", ".join(f"{name} {version}" for name, version in versions.items()))
-    print("the same on both sides (each read off its own objects): " + "; ".join(checked))
-    print("\n".join(summary))
+    compare(__file__, str(args.python), args.measures, args.pairs, argv, SAME_WORK, UNITS,
+            official_env={"JAX_PLATFORMS": "cpu"})
 
 
 if __name__ == "__main__":

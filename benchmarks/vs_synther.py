@@ -40,9 +40,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 import types
@@ -54,6 +52,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import diffusion  # noqa: E402
 import throughput  # noqa: E402
+from side_by_side import compare  # noqa: E402
 
 from mbrl_offline import mkl_avx512  # noqa: E402
 
@@ -200,18 +199,6 @@ def child(args) -> None:
     print("RESULT " + json.dumps({"rate": statistics.median(rates), "rates": rates, "peak": statistics.median(peak)}))
 
 
-def run_child(side: str, measure: str, args, argv: list[str]) -> dict:
-    command = [sys.executable, __file__, *argv, "--side", side, "--measure", measure]
-    env = dict(os.environ)
-    if args.device == "cpu":  # a CPU comparison: neither side may pick a GPU by itself
-        env["CUDA_VISIBLE_DEVICES"] = ""
-    done = subprocess.run(command, capture_output=True, text=True, env=env)
-    results = [line[len("RESULT "):] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
-    if done.returncode != 0 or not results:
-        sys.exit(f"error: the {side} {measure} measurement failed:\n{done.stderr[-3000:]}")
-    return json.loads(results[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--synther", type=Path, required=True, help="a checkout of conglu1997/SynthER")
@@ -243,19 +230,8 @@ def main() -> None:
     print(f"sizes: width {args.width}, {args.blocks} blocks, {DIM} inputs; training batch {args.batch}, "
           f"{args.train_steps} steps per call; sampler {args.sampler_steps} steps, {args.sample_batch} per call")
     print()
-    print("| measure | pair | official | ours | ours / official | peak GFLOP/s (official / ours) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    summary = []
-    for measure in args.measures:
-        ratios = []
-        for pair in range(1, args.pairs + 1):
-            official, ours = run_child("official", measure, args, argv), run_child("ours", measure, args, argv)
-            ratios.append(ours["rate"] / official["rate"])
-            print(f"| {measure} ({UNITS[measure]}) | {pair} | {official['rate']:,.1f} | {ours['rate']:,.1f} | "
-                  f"{ratios[-1]:.2f}x | {official['peak']:.0f} / {ours['peak']:.0f} |", flush=True)
-        summary.append(f"{measure}: ours / official = {min(ratios):.2f}-{max(ratios):.2f}x ({UNITS[measure]})")
-    print()
-    print("\n".join(summary))
+    compare(__file__, sys.executable, args.measures, args.pairs, argv, {m: () for m in UNITS}, UNITS,
+            cpu_only=args.device == "cpu")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,35 @@ def test_unet_keeps_any_window_length_and_passes_gradients(rows):
     assert not torch.allclose(net(x, torch.zeros(3)), net(x, torch.ones(3)))
 
 
+@pytest.mark.parametrize("kernel, padding", [(3, 1), (2, 0)])
+def test_wide_convolutions_as_one_product_match_the_convolution(kernel, padding, monkeypatch):
+    """`_Conv1d`'s matrix-product path (wide weights, few positions, CPU) gives the convolution's values
+    and gradients; with the thresholds lowered, a small U-Net takes it at every conv and still agrees."""
+    from mbrl_offline.models import unet as unet_module
+
+    monkeypatch.setattr(unet_module, "MATMUL_MIN_WEIGHTS", 1)
+    torch.manual_seed(0)
+    conv = unet_module._Conv1d(6, 5, kernel, padding=padding)
+    x = torch.randn(3, 6, 7, requires_grad=True)
+    out = conv(x)
+    expected = torch.nn.functional.conv1d(x, conv.weight, conv.bias, padding=padding)
+    assert out.grad_fn.name() == "TransposeBackward0"  # the product's (B, rows, C_out), transposed
+    torch.testing.assert_close(out, expected)
+    upstream = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (x, conv.weight, conv.bias), upstream)
+    expected_grads = torch.autograd.grad(expected, (x, conv.weight, conv.bias), upstream)
+    for grad, expected_grad in zip(grads, expected_grads):
+        torch.testing.assert_close(grad, expected_grad)
+    net = TemporalUNet(6, base=16)
+    window = torch.randn(2, 9, 6)
+    product = net(window, torch.zeros(2))
+    monkeypatch.setattr(unet_module, "MATMUL_MIN_WEIGHTS", 10 ** 12)
+    torch.testing.assert_close(product, net(window, torch.zeros(2)), rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr(unet_module, "MATMUL_MIN_WEIGHTS", 1)
+    monkeypatch.setattr(unet_module, "MATMUL_MAX_POSITIONS", 3 * 7 - 1)  # more positions: the convolution
+    assert conv(x).grad_fn.name() == "ConvolutionBackward0"
+
+
 def test_unet_paper_size_is_178m_parameters_for_25_channels():
     with torch.device("meta"):
         net = TemporalUNet(25, base=1024, levels=3)  # walker2d / halfcheetah rows: 17 + 6 + 2 channels

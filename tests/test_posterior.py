@@ -387,3 +387,41 @@ def test_for_dataset_builds_histories_at_the_env_horizon_and_keeps_the_dynamics_
     monkeypatch.setattr(posterior_module, "get_env_info", lambda name: env_without)
     with pytest.raises(ConfigError, match="max_episode_steps"):
         PosteriorGenerator.for_dataset(config, dataset)
+
+
+def test_trainer_logs_the_posterior_statistics_to_tensorboard(tmp_path):
+    """Through the trainer, with the real posterior at tiny sizes: rollout lengths, the truncation
+    shares (all, by uncertainty, by the time limit) and the members used reach TensorBoard with the
+    values of ``metrics.jsonl``."""
+    import dataclasses
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mbrl_offline import build_run, load_dataset
+    from mbrl_offline.algorithms.neubay import NEUBAY, NEUBAYConfig
+    from mbrl_offline.logging import read_metrics
+    from mbrl_offline.trainer import TrainerConfig
+
+    data = load_dataset("pendulum-medium").subset(range(1000))
+    published = NEUBAY.published_generator()
+    dynamics = dataclasses.replace(published.dynamics, ensemble_size=4, num_elites=3, hidden_size=16, hidden_layers=2,
+                                   min_epochs=0, max_epochs=2)
+    generator = dataclasses.replace(published, every=10, dynamics=dynamics,
+                                    posterior=dataclasses.replace(published.posterior, parallel=6))
+    agent = dataclasses.replace(NEUBAYConfig(), batch_size=64, d_model=16, d_hidden=8, head_hidden=16)
+    settings = TrainerConfig(epochs=2, updates_per_epoch=10, eval_every=2, eval_episodes=1, checkpoint_every=2,
+                             run_dir=str(tmp_path / "run"), progress=False, tensorboard=True)
+    build_run("neubay", data, agent, generator, settings, cache_dir=tmp_path / "cache").train()
+
+    records = read_metrics(tmp_path / "run")
+    events = EventAccumulator(str(tmp_path / "run" / "tensorboard"))
+    events.Reload()
+    names = ("horizon_mean", "horizon_q50", "horizon_max", "truncated_fraction", "uncertainty_truncated_fraction",
+             "time_limit_fraction", "members_used", "member_share_max")
+    tags = set(events.Tags()["scalars"])
+    for name in names:
+        assert f"rollout/{name}" in tags, name
+        logged = [e.value for e in events.Scalars(f"rollout/{name}")]
+        assert logged == pytest.approx([r["rollout"][name] for r in records if name in r.get("rollout", {})]), name
+    assert 1 <= records[0]["rollout"]["members_used"] <= 3
+    assert 0.0 <= records[0]["rollout"]["uncertainty_truncated_fraction"] <= records[0]["rollout"]["truncated_fraction"] <= 1.0

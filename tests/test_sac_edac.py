@@ -292,3 +292,38 @@ def test_cuda_graph_replays_do_what_eager_updates_do(weighted):
     for module in ("actor", "critic", "target_critic"):
         for ours, reference in zip(getattr(graphed, module).parameters(), getattr(eager, module).parameters()):
             torch.testing.assert_close(ours, reference)
+
+
+def test_member_subsets_are_reused_without_autograd_and_follow_every_change():
+    """`member_parameters`' kept subsets (no autograd): reused while nothing changed, gathered again
+    after an in-place change of the weights (an optimiser step, a loaded state) or other members, and
+    never used with autograd, where the gather stays in the graph."""
+    from mbrl_offline.models.ensemble import EnsembleLayerNorm, member_parameters
+
+    torch.manual_seed(0)
+    layer, norm = EnsembleLinear(5, 3, ensemble_size=6), EnsembleLayerNorm(3, ensemble_size=6)
+    members, x = torch.tensor([4, 1, 2]), torch.randn(7, 5)
+
+    def reference(ids):
+        h = torch.stack([x @ layer.weight[i] + layer.bias[i] for i in ids.tolist()])
+        h = torch.nn.functional.layer_norm(h, (3,))
+        return h * norm.weight[ids] + norm.bias[ids]
+
+    with torch.no_grad():
+        first = norm(layer(x, members), members)
+        assert torch.allclose(first, reference(members), atol=1e-6)
+        kept = member_parameters(layer, members)[0]
+        assert member_parameters(layer, members.clone())[0] is kept  # equal indices: the same subset
+        layer.weight[4, :, 0].add_(1.0)  # in place, as an optimiser step
+        norm.bias.add_(0.5)
+        changed = norm(layer(x, members), members)
+        assert member_parameters(layer, members)[0] is not kept
+        assert torch.allclose(changed, reference(members), atol=1e-6) and not torch.allclose(changed, first)
+        layer.load_state_dict({"weight": torch.randn(6, 5, 3), "bias": torch.randn(6, 1, 3)})
+        assert torch.allclose(norm(layer(x, members), members), reference(members), atol=1e-6)
+        other = torch.tensor([0, 5, 2])
+        assert torch.allclose(norm(layer(x, other), other), reference(other), atol=1e-6)
+    out = layer(x, members)  # with autograd: gradients reach the members' weights only
+    out.sum().backward()
+    assert out.grad_fn is not None and layer.weight.grad[members].abs().sum() > 0
+    assert layer.weight.grad[[0, 3, 5]].abs().sum() == 0

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
@@ -60,6 +60,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from mbrl_offline.algorithms.sac import load_soft_actor_critic_state, soft_actor_critic_state
 from mbrl_offline.buffer import tape_weights
 from mbrl_offline.config import (require_above_zero, require_fraction, require_in_range, require_nonnegative,
                                  require_positive)
@@ -479,30 +480,9 @@ class NEUBAY:
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict:
-        state = {
-            "config": asdict(self.config),
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optim": self.actor_optim.state_dict(),
-            "critic_optim": self.critic_optim.state_dict(),
-            "updates": self.updates,
-            "total_updates": self.total_updates,
-        }
-        if self.alpha_optim is not None:
-            state["alpha_optim"] = self.alpha_optim.state_dict()
-        return state
+        return {**soft_actor_critic_state(self), "updates": self.updates, "total_updates": self.total_updates}
 
     def load_state_dict(self, state: dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optim.load_state_dict(state["actor_optim"])
-        self.critic_optim.load_state_dict(state["critic_optim"])
-        if self.alpha_optim is not None:
-            self.alpha_optim.load_state_dict(state["alpha_optim"])
+        load_soft_actor_critic_state(self, state)
         self.updates = int(state["updates"])
         self.total_updates = state["total_updates"]

@@ -305,27 +305,39 @@ class SAC(FeedForwardAgent):
         return batch["rewards"] + self.config.gamma * not_done * next_q
 
     def state_dict(self) -> dict:
-        state = {
-            "config": asdict(self.config),
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "actor_optim": self.actor_optim.state_dict(),
-            "critic_optim": self.critic_optim.state_dict(),
-        }
-        if self.alpha_optim is not None:
-            state["alpha_optim"] = self.alpha_optim.state_dict()
-        return state
+        return soft_actor_critic_state(self)
 
     def load_state_dict(self, state: dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
-        with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
-        self.actor_optim.load_state_dict(state["actor_optim"])
-        self.critic_optim.load_state_dict(state["critic_optim"])
-        if self.alpha_optim is not None:
-            self.alpha_optim.load_state_dict(state["alpha_optim"])
+        load_soft_actor_critic_state(self, state)
         self._graphed_update.reset()  # the loaded optimiser state is in new tensors: record again
+
+
+def soft_actor_critic_state(agent) -> dict:
+    """The checkpoint state every soft actor-critic agent shares (SAC's family and NEUBAY): its config,
+    actor, critic and target critic, log alpha, and optimisers (the alpha optimiser where alpha is
+    learnt)."""
+    state = {
+        "config": asdict(agent.config),
+        "actor": agent.actor.state_dict(),
+        "critic": agent.critic.state_dict(),
+        "target_critic": agent.target_critic.state_dict(),
+        "log_alpha": agent.log_alpha.detach().clone(),
+        "actor_optim": agent.actor_optim.state_dict(),
+        "critic_optim": agent.critic_optim.state_dict(),
+    }
+    if agent.alpha_optim is not None:
+        state["alpha_optim"] = agent.alpha_optim.state_dict()
+    return state
+
+
+def load_soft_actor_critic_state(agent, state: dict) -> None:
+    """Load what `soft_actor_critic_state` saved into ``agent``, in place."""
+    agent.actor.load_state_dict(state["actor"])
+    agent.critic.load_state_dict(state["critic"])
+    agent.target_critic.load_state_dict(state["target_critic"])
+    with torch.no_grad():
+        agent.log_alpha.copy_(state["log_alpha"])
+    agent.actor_optim.load_state_dict(state["actor_optim"])
+    agent.critic_optim.load_state_dict(state["critic_optim"])
+    if agent.alpha_optim is not None:
+        agent.alpha_optim.load_state_dict(state["alpha_optim"])
