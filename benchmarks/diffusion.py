@@ -49,7 +49,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402  (its matmul peak, flop counter, timer and CPU name)
 
-from mbrl_offline import mkl_avx512  # noqa: E402
 from mbrl_offline.generators.pgd import PGDGeneratorConfig  # noqa: E402
 from mbrl_offline.generators.synther import SyntherGeneratorConfig  # noqa: E402
 from mbrl_offline.models.diffusion import DiffusionModel, EDMConfig, fit_diffusion  # noqa: E402
@@ -188,19 +187,8 @@ def main() -> None:
             rows.append((label, "training " + train_what, trained, train_flops))
             rows.append((label, "generated " + sample_what, generated, sample_flops))
     peak += throughput.matmul_peak(device, readings=1 if args.smoke else 5)
-    peak_gflops = statistics.median(peak)
-    print(f"fp32 matmul peak: {peak_gflops:.0f} GFLOP/s (median of {len(peak)} readings, "
-          f"{min(peak):.0f}-{max(peak):.0f}); torch.matmul, which the shares below divide by")
-    if device.type == "cpu":
-        print(f"MKL's AVX-512 code on AMD CPUs ({mkl_avx512.ENV_VAR}): {mkl_avx512.status()}")
-    print()
-    print("| model | measure | rate | GFLOP per unit | GFLOP/s | of peak |")
-    print("|---|---|---:|---:|---:|---:|")
-    for label, what, rate, flops in rows:
-        achieved = rate * flops / 1e9
-        print(f"| {label} | {what} | {rate:,.1f} | {flops / 1e9:.4f} | {achieved:.1f} | {achieved / peak_gflops:.0%} |")
-    if args.smoke:
-        print("\n(--smoke: tiny models; the rates mean nothing)")
+    throughput.print_rates(rows, peak, device, "model", "GFLOP",
+                           "(--smoke: tiny models; the rates mean nothing)" if args.smoke else "")
 
 
 if __name__ == "__main__":

@@ -67,7 +67,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402  (its matmul peak, flop counter, timer and CPU name)
 
-from mbrl_offline import mkl_avx512  # noqa: E402
 from mbrl_offline.algorithms.neubay import NEUBAY, NEUBAYConfig, tape_inputs  # noqa: E402
 from mbrl_offline.buffer import Mixing, MixingConfig, SequenceBuffer  # noqa: E402
 from mbrl_offline.data.dataset import OfflineDataset  # noqa: E402
@@ -292,20 +291,8 @@ def main() -> None:
         rows.append((label, f"updates/s (tape sampling included; {sizes.updates} per call)", result["rate"],
                      result["flops"]))
     peak += throughput.matmul_peak(device, readings=1 if quick else 5)
-    peak_gflops = statistics.median(peak)
-    print(f"fp32 matmul peak: {peak_gflops:.0f} GFLOP/s (median of {len(peak)} readings, "
-          f"{min(peak):.0f}-{max(peak):.0f}); torch.matmul, which the shares below divide by")
-    if device.type == "cpu":
-        print(f"MKL's AVX-512 code on AMD CPUs ({mkl_avx512.ENV_VAR}): {mkl_avx512.status()}")
-    print()
-    print("| measure | unit | rate | MFLOP per unit | GFLOP/s | of peak |")
-    print("|---|---|---:|---:|---:|---:|")
-    for label, what, rate, flops in rows:
-        achieved = rate * flops / 1e9
-        print(f"| {label} | {what} | {rate:,.1f} | {flops / 1e6:,.3f} | {achieved:.1f} | "
-              f"{achieved / peak_gflops:.0%} |")
-    if quick:
-        print("\n(--sizes quick: tiny models; the rates mean nothing)")
+    throughput.print_rates(rows, peak, device, "measure", "MFLOP",
+                           "(--sizes quick: tiny models; the rates mean nothing)" if quick else "")
 
 
 if __name__ == "__main__":
