@@ -187,7 +187,7 @@ def main() -> None:
             rows.append((label, "training " + train_what, trained, train_flops))
             rows.append((label, "generated " + sample_what, generated, sample_flops))
     peak += throughput.matmul_peak(device, readings=1 if args.smoke else 5)
-    throughput.print_rates(rows, peak, device, "model", "GFLOP",
+    throughput.print_rates(rows, peak, device, ("model", "measure"), "GFLOP",
                            "(--smoke: tiny models; the rates mean nothing)" if args.smoke else "")
 
 

@@ -291,7 +291,7 @@ def main() -> None:
         rows.append((label, f"updates/s (tape sampling included; {sizes.updates} per call)", result["rate"],
                      result["flops"]))
     peak += throughput.matmul_peak(device, readings=1 if quick else 5)
-    throughput.print_rates(rows, peak, device, "measure", "MFLOP",
+    throughput.print_rates(rows, peak, device, ("measure", "unit"), "MFLOP",
                            "(--sizes quick: tiny models; the rates mean nothing)" if quick else "")
 
 

@@ -98,23 +98,25 @@ def cpu_name() -> str:
     return f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
-def print_rates(rows, peak: list[float], device: torch.device, first_column: str, flop_unit: str = "GFLOP",
+FLOP_UNITS = {"GFLOP": (1e9, ".4f"), "MFLOP": (1e6, ",.3f")}  # print_rates' FLOPs per unit: scale, format
+
+
+def print_rates(rows, peak: list[float], device: torch.device, columns: tuple[str, str], flop_unit: str = "GFLOP",
                 note: str = "") -> None:
     """The peak's line, MKL's code (CPU), then a markdown table of ``rows`` (label, what, rate, FLOPs per
-    unit): the rate, its FLOPs per unit in ``flop_unit`` (GFLOP or MFLOP), GFLOP/s and the share of the
-    median peak; ``note`` follows the table."""
+    unit) under the two first ``columns``' names: the rate, its FLOPs per unit in ``flop_unit`` (a key of
+    `FLOP_UNITS`), GFLOP/s and the share of the median peak; ``note`` follows the table."""
     from mbrl_offline import mkl_avx512
 
+    scale, digits = FLOP_UNITS[flop_unit]
     peak_gflops = statistics.median(peak)
     print(f"fp32 matmul peak: {peak_gflops:.0f} GFLOP/s (median of {len(peak)} readings, "
           f"{min(peak):.0f}-{max(peak):.0f}); torch.matmul, which the shares below divide by")
     if device.type == "cpu":
         print(f"MKL's AVX-512 code on AMD CPUs ({mkl_avx512.ENV_VAR}): {mkl_avx512.status()}")
     print()
-    print(f"| {first_column} | {'unit' if first_column == 'measure' else 'measure'} | rate | {flop_unit} per unit | "
-          "GFLOP/s | of peak |")
+    print(f"| {columns[0]} | {columns[1]} | rate | {flop_unit} per unit | GFLOP/s | of peak |")
     print("|---|---|---:|---:|---:|---:|")
-    scale, digits = (1e9, ".4f") if flop_unit == "GFLOP" else (1e6, ",.3f")
     for label, what, rate, flops in rows:
         achieved = rate * flops / 1e9
         print(f"| {label} | {what} | {rate:,.1f} | {flops / scale:{digits}} | {achieved:.1f} | "

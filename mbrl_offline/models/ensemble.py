@@ -22,9 +22,10 @@ def member_parameters(module: nn.Module, members: Optional[torch.Tensor]) -> tup
 
     Without autograd the gathered copies are kept and reused while the members and the parameters
     stay the same (the same indices, and parameters at the same address and version: any in-place
-    change, an optimiser step or a `load_state_dict`, gathers again). NEUBAY's rollouts evaluate the
-    same 100 elites of 128 members at every step: gathering their 13M weights afresh was a 52 MB copy
-    per step. With autograd the gather is done each time, in the graph."""
+    change, an optimiser step or a `load_state_dict`, gathers again; a write through ``param.data``
+    bypasses the version counter and is not seen). NEUBAY's rollouts evaluate the same 100 elites of 128
+    members at every step: gathering their 13M weights afresh was a 52 MB copy per step. The kept copy
+    lives as long as the module. With autograd the gather is done each time, in the graph."""
     weight, bias = module.weight, module.bias
     if members is None:
         return weight, bias
