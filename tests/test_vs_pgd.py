@@ -72,3 +72,14 @@ def test_compare_prints_each_pairs_ratio_and_stops_when_the_sides_did_different_
             "{'train': ('steps',)}, {'train': 'samples/s'})")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 1 and done.stderr.strip() == "error: the two sides did different train work: steps: official 2, ours 3"
+
+
+def test_a_python_that_is_not_a_file_is_refused_in_one_line(tmp_path):
+    (tmp_path / "diffusion").mkdir()
+    (tmp_path / vs_pgd.OFFICIAL_FILE).write_text("")  # the file main() looks for; nothing of it is read
+    missing = tmp_path / "no-venv" / "python"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "vs_pgd.py"), "--pgd", str(tmp_path), "--python",
+                           str(missing)], capture_output=True, text=True)
+    assert done.returncode == 1
+    assert done.stderr.strip() == (f"error: --python {missing} is not a file; give the Python of the environment "
+                                   "with the official code's packages (see the docstring).")
