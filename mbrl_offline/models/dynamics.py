@@ -78,7 +78,8 @@ import torch
 from torch import nn
 
 from mbrl_offline.cache import cache_root, load_or_fit
-from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
+from mbrl_offline.config import (check_field_types, require_above_zero,
+                                 require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
@@ -166,6 +167,7 @@ class DynamicsConfig:
     record_uncertainty: bool = False
 
     def __post_init__(self):
+        check_field_types(self, "dynamics")  # types first; nested mappings become configs
         require_positive(self, "ensemble_size", "hidden_size", "hidden_layers", "batch_size", "max_epochs", "patience",
                          "max_holdout", section="dynamics")
         require_nonnegative(self, "min_epochs", "seed", "logvar_bound_coef", "improvement_threshold",
