@@ -247,6 +247,11 @@ def target_policy(cfg, dataset, env, device):
         from mbrl_offline.algorithms import load_policy
 
         agent, state = load_policy(cfg.checkpoint, device)
+        if getattr(agent, "recurrent", False):
+            raise ConfigError(f"checkpoint={cfg.checkpoint} holds a {state['algorithm']} policy, which is recurrent "
+                              f"(it acts on histories), and this tool rolls out and scores feed-forward policies "
+                              f"of the state alone; give a feed-forward checkpoint (td3bc, iql, ravl, mopo, mobile, "
+                              f"coplanner), or leave checkpoint unset to train TD3+BC here.")
         if state["env"] != env.name:
             raise ConfigError(f"checkpoint={cfg.checkpoint} holds a {state['env']} policy, not one for {env.name}; "
                               f"use env={state['env']}.")

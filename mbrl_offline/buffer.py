@@ -29,7 +29,8 @@ from typing import Optional
 import numpy as np
 import torch
 
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.config import check_field_types
+from mbrl_offline.errors import ConfigError, InputError, InputTypeError, type_name
 
 TRANSITION_FIELDS = ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")
 Schema = dict[str, tuple[tuple[int, ...], torch.dtype]]  # field -> (shape of one row, dtype)
@@ -47,15 +48,39 @@ def transition_schema(obs_dim: int, act_dim: int, extra_fields: Optional[Schema]
     return schema
 
 
-def _checked_rows(schema: Schema, fields: dict, device: torch.device, what: str) -> dict[str, torch.Tensor]:
-    """``fields`` as tensors of the schema's dtypes on ``device``: every field of the schema, no other."""
+def _checked_rows(schema: Schema, fields: dict, device: torch.device, what: str,
+                  single: bool = False) -> dict[str, torch.Tensor]:
+    """``fields`` as tensors of the schema's dtypes on ``device``: every field of the schema, no other,
+    each of shape ``(n, *row shape)`` with one ``n`` for all (``single``: one row, the row shape alone).
+    What every buffer's ``add`` checks first: a field missing or unknown, not numbers, of another width
+    or with another number of rows is refused in one line naming it (`InputError`, `InputTypeError`),
+    never written half or broadcast."""
     missing, unknown = set(schema) - set(fields), set(fields) - set(schema)
     if missing or unknown:
-        raise ValueError(f"{what} rows need exactly the fields {', '.join(schema)}"
+        raise InputError(f"{what} rows need exactly the fields {', '.join(schema)}"
                          + (f"; missing {', '.join(sorted(missing))}" if missing else "")
                          + (f"; not in the schema: {', '.join(sorted(unknown))} (declare them as extra fields)"
-                            if unknown else ""))
-    return {k: torch.as_tensor(fields[k], device=device, dtype=schema[k][1]) for k in schema}
+                            if unknown else "") + ".")
+    tensors, rows = {}, None
+    for key, (shape, dtype) in schema.items():
+        try:
+            value = torch.as_tensor(fields[key], device=device, dtype=dtype)
+        except (TypeError, ValueError, RuntimeError):
+            raise InputTypeError(f"{what} rows: field '{key}' must be numbers (an array or tensor), got "
+                                 f"{type_name(fields[key])}.") from None
+        expected = shape if single else ("n", *shape)
+        if value.dim() != len(expected) or tuple(value.shape[value.dim() - len(shape):]) != shape:
+            expected_text = "(" + ", ".join(map(str, expected)) + ("," if len(expected) == 1 else "") + ")"
+            raise InputError(f"{what} rows: field '{key}' must have shape {expected_text}, got {tuple(value.shape)}; "
+                             f"give every field one entry per row, of the buffer's widths.")
+        if not single:
+            if rows is None:
+                rows, first = value.shape[0], key
+            elif value.shape[0] != rows:
+                raise InputError(f"{what} rows: field '{key}' has {value.shape[0]} rows but '{first}' has {rows}; "
+                                 f"give every field the same number of rows.")
+        tensors[key] = value
+    return tensors
 
 
 def _storage(capacity: int, obs_dim: int, act_dim: int, device, extra_fields: Optional[Schema]):
@@ -86,7 +111,7 @@ class TransitionBuffer:
 
     def add(self, single: bool = False, **fields) -> None:
         """Append transitions; every field of the schema must be given, and no other."""
-        tensors = _checked_rows(self.schema, fields, self.device, "transition")
+        tensors = _checked_rows(self.schema, fields, self.device, "transition", single)
         if single:
             tensors = {k: v.unsqueeze(0) for k, v in tensors.items()}
         n = tensors["rewards"].shape[0]
@@ -189,12 +214,14 @@ class SequenceBuffer:
         starts = torch.as_tensor(starts, device=self.device).to(torch.bool).reshape(-1)
         n = rows["rewards"].shape[0]
         if starts.shape[0] != n:
-            raise ValueError(f"starts has {starts.shape[0]} rows but the sequences have {n}")
+            raise InputError(f"add_episodes: starts has {starts.shape[0]} rows but the sequences have {n}; give one "
+                             f"flag per row.")
         if n == 0:
             return
         first_rows = torch.nonzero(starts).flatten().tolist()  # one sync per call: episode boundaries
         if not first_rows or first_rows[0] != 0:
-            raise ValueError("the first row of the sequences must start an episode (starts[0] must be True)")
+            raise InputError("add_episodes: the first row of the sequences must start an episode (starts[0] must be "
+                             "True).")
         lengths = np.diff(first_rows + [n]).tolist()
         self._append(rows, lengths)
 
@@ -338,6 +365,7 @@ class MixingConfig:
     kappa: float = 0.05  # the weights and tape rules' share of the loss on real rows (NEUBAY's real_weight)
 
     def __post_init__(self):
+        check_field_types(self, "mixing")  # types first; nested mappings become configs
         if self.rule not in MIXING_RULES:
             raise ConfigError(f"unknown mixing rule '{self.rule}'; choose one of {', '.join(MIXING_RULES)}.")
         if not 0.0 <= self.real_ratio <= 1.0:

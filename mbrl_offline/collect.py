@@ -34,7 +34,8 @@ import torch
 
 from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.buffer import TransitionBuffer
-from mbrl_offline.config import (check_device, check_writable_dir, require_in_range, require_nonnegative,
+from mbrl_offline.config import (check_field_types,
+                                 check_device, check_writable_dir, require_in_range, require_nonnegative,
                                  require_positive)
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.data.envs import EnvInfo, get_env_info
@@ -74,6 +75,7 @@ class CollectConfig:
     sac: SACConfig = field(default_factory=SACConfig)
 
     def __post_init__(self):
+        check_field_types(self, "collect")  # types first; nested mappings become configs
         get_env_info(self.env)  # an unknown env is refused here, with a suggestion
         unknown = [level for level in self.levels if level not in LEVELS]
         if unknown:

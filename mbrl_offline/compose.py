@@ -18,8 +18,8 @@ from typing import Optional
 import torch
 
 from mbrl_offline.algorithms import ALGORITHMS, get_algorithm
-from mbrl_offline.config import check_device
-from mbrl_offline.data.dataset import require_dataset
+from mbrl_offline.config import check_device, config_argument
+from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.errors import ConfigError, InputTypeError, type_name
 from mbrl_offline.generators import GENERATORS, build_generator
 from mbrl_offline.trainer import Trainer, TrainerConfig
@@ -40,29 +40,35 @@ def check_pair(agent_cls, generator_config) -> None:
 
 
 def build_run(algo: str, dataset, algo_config=None, generator_config=None,
-              trainer_config: TrainerConfig = TrainerConfig(), device: str | torch.device = "cpu",
+              trainer_config: Optional[TrainerConfig] = None, device: str | torch.device = "cpu",
               cache_dir: Optional[str | Path] = None, dynamics_path: Optional[str | Path] = None,
               callbacks: Optional[list] = None) -> Trainer:
     """The `Trainer` for algorithm ``algo`` on ``dataset`` (an `OfflineDataset` with an env).
 
-    ``algo_config``: the agent's settings (default: the algorithm's). ``generator_config``: a generator
-    config (`mbrl_offline.generators.GENERATORS`); None: the one the algorithm was published with
-    (``published_generator``). The generator's model is fitted on ``dataset`` or loaded from
+    The three configs are config objects or None (their defaults), never dicts: a dict of settings is
+    refused in one line that says how to build the config from it (`mbrl_offline.config.config_argument`,
+    the rule for every config argument of the library). ``algo_config``: the agent's settings (default:
+    the algorithm's). ``trainer_config``: a `TrainerConfig` (default ``TrainerConfig()``).
+    ``generator_config``: a generator config (`mbrl_offline.generators.GENERATORS`); None: the one the
+    algorithm was published with (``published_generator``). The generator's model is fitted on ``dataset`` or loaded from
     ``dynamics_path`` or the cache in ``cache_dir``. Agents whose losses use the dynamics model (MOBILE)
     get the generator's. The torch seed is set to ``trainer_config.seed`` before anything is built.
     """
     if not isinstance(algo, str):
         raise InputTypeError(f"build_run's algo must be an algorithm's name (one of {', '.join(ALGORITHMS)}), "
                              f"got {type_name(algo)}.")
-    require_dataset(dataset, "build_run")
+    dataset_env(dataset, "build_run")  # a dataset, with an env of the registry and that env's widths
     agent_cls, config_cls = get_algorithm(algo)
-    if algo_config is not None and not isinstance(algo_config, config_cls):
-        raise InputTypeError(f"build_run's algo_config for {algo} must be a {config_cls.__name__}, got "
-                             f"{type_name(algo_config)}; e.g. {config_cls.__name__}(batch_size=256).")
+    algo_config = config_argument(algo_config, config_cls, f"build_run's algo_config for {algo}", "algo",
+                                  f"{config_cls.__name__}(batch_size=256)")
     if generator_config is not None and not isinstance(generator_config, tuple(c for c, _ in GENERATORS.values())):
+        hint = (" (a dict of settings: mbrl_offline.generators.generator_config(settings))"
+                if isinstance(generator_config, dict) else "")
         raise InputTypeError(f"build_run's generator_config must be a generator config (e.g. "
-                             f"mbrl_offline.generators.RolloutGeneratorConfig()) or None, got {type_name(generator_config)}.")
-    algo_config = algo_config if algo_config is not None else config_cls()
+                             f"mbrl_offline.generators.RolloutGeneratorConfig()) or None, got "
+                             f"{type_name(generator_config)}{hint}.")
+    trainer_config = config_argument(trainer_config, TrainerConfig, "build_run's trainer_config", "trainer",
+                                     "TrainerConfig(epochs=100)")
     generator_config = generator_config if generator_config is not None else agent_cls.published_generator()
     check_pair(agent_cls, generator_config)
     device = check_device(device, "build_run's device")

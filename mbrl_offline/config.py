@@ -103,6 +103,98 @@ def _coerce(hint, value, name: str):
     raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
 
 
+def check_field_types(config, section: str) -> None:
+    """Check, in place, that every field of dataclass ``config`` holds a value of its declared type, the
+    one check every config dataclass makes first in ``__post_init__`` (so a config built in Python is
+    held to what `config_to_dataclass` enforces when it is read from a file or the command line).
+
+    The rule for nested configs: a nested dataclass field given a mapping (a ``dict`` or OmegaConf node)
+    is converted with `config_to_dataclass` (unknown keys refused); a tuple field takes a list or tuple
+    (stored as a tuple); ``Optional`` fields take None. A value of another type (a scalar for a tuple, a
+    string for a number, a number for a nested config) is a `ConfigError` naming ``section.field``, the
+    value and the type expected. Numbers are only checked to be numbers here: whole-number and range
+    checks are the ``require_*`` helpers' (called after this)."""
+    for name, hint in _field_hints(type(config)):
+        value = getattr(config, name)
+        checked = _checked_value(hint, value, _setting(section, name))
+        if checked is not value:
+            object.__setattr__(config, name, checked)  # frozen dataclasses too
+
+
+_HINTS: dict = {}
+
+
+def _field_hints(cls) -> list:
+    if cls not in _HINTS:
+        hints = typing.get_type_hints(cls)
+        _HINTS[cls] = [(f.name, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
+    return _HINTS[cls]
+
+
+def _checked_value(hint, value, name: str):
+    """``value`` if it suits ``hint`` (converted: a mapping to the nested dataclass, a list to a tuple),
+    else `ConfigError`."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is typing.Union or type(hint).__name__ == "UnionType":  # Optional[X], X | None
+        if value is None and type(None) in args:
+            return None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _checked_value(arg, value, name)
+            except ConfigError:
+                pass
+        raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
+    if dataclasses.is_dataclass(hint):
+        if isinstance(value, hint):
+            return value
+        if isinstance(value, dict) or type(value).__name__ == "DictConfig":
+            return config_to_dataclass(hint, value, name)
+        raise ConfigError(f"{name} = {value!r} has the wrong type; expected a {hint.__name__} or a mapping of "
+                          f"its settings, e.g. {name}={{...}}.")
+    wrong = False
+    if hint is tuple or origin is tuple:
+        if isinstance(value, tuple):
+            return value
+        if isinstance(value, list) or type(value).__name__ == "ListConfig":
+            return tuple(value)
+        raise ConfigError(f"{name} = {value!r} must be a list or tuple, e.g. {name}=[a,b].")
+    if hint is bool:
+        wrong = not _is_bool(value)
+    elif hint in (int, float):
+        wrong = not _is_number(value)
+    elif hint is str:
+        wrong = not isinstance(value, str)
+    elif hint is dict or origin is dict:
+        wrong = not (isinstance(value, dict) or type(value).__name__ == "DictConfig")
+    elif hint is list or origin is list:
+        wrong = not isinstance(value, (list, tuple))
+    if wrong:
+        raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
+    return value
+
+
+def config_argument(value, cls: type[T], where: str, section: str = "algo", example: str = "") -> T:
+    """The rule for a config handed to a library call as an argument (``build_run``'s ``algo_config``,
+    ``generator_config`` and ``trainer_config``, every agent's ``for_dataset``, `Trainer`): a ``cls``
+    instance is used as it is, None means ``cls()``, and anything else, a dict of settings included, is
+    refused in one line (`InputTypeError` naming ``where``) that shows how to build one. Arguments are
+    never converted, so a misspelt name cannot slip by as a dict key; inside a config, a nested config
+    field does take a mapping (`check_field_types`)."""
+    from mbrl_offline.errors import InputTypeError, type_name
+
+    if value is None:
+        return cls()
+    if isinstance(value, cls):
+        return value
+    example = example or f"{cls.__name__}()"
+    hint = (f"; build one with {example}, or from a dict of settings with "
+            f"mbrl_offline.config.config_to_dataclass({cls.__name__}, settings, '{section}')"
+            if isinstance(value, dict) else f"; e.g. {example}")
+    raise InputTypeError(f"{where} must be a {cls.__name__}, got {type_name(value)}{hint}.")
+
+
 def _type_name(hint) -> str:
     if typing.get_origin(hint) is typing.Union:
         return " or ".join("null" if arg is type(None) else _type_name(arg) for arg in typing.get_args(hint))

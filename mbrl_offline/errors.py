@@ -9,6 +9,10 @@ class DatasetError(MbrlOfflineError, ValueError):
     """A dataset that is missing, unreadable or malformed."""
 
 
+class DatasetWarning(UserWarning):
+    """A dataset that loads but looks wrong (actions far outside the env's bounds)."""
+
+
 class ConfigError(MbrlOfflineError, ValueError):
     """An unknown name or a bad value in a configuration."""
 

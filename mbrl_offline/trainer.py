@@ -51,11 +51,10 @@ from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import Mixing, MixingConfig, SequenceBuffer, TransitionBuffer
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
 from mbrl_offline.checkpoint import numpy_rng_state, python_rng_state, set_numpy_rng_state, set_python_rng_state
-from mbrl_offline.config import require_in_range, require_nonnegative, require_positive
-from mbrl_offline.data.dataset import require_dataset
-from mbrl_offline.data.envs import get_env_info
-from mbrl_offline.errors import (CheckpointError, ConfigError, DatasetError, InputTypeError, TrainingDiverged,
-                                 type_name)
+from mbrl_offline.config import (check_field_types, config_argument, require_in_range, require_nonnegative,
+                                 require_positive)
+from mbrl_offline.data.dataset import dataset_env, require_dataset
+from mbrl_offline.errors import CheckpointError, ConfigError, InputTypeError, TrainingDiverged, type_name
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
 from mbrl_offline.roles import Agent, Generator
@@ -99,6 +98,7 @@ class TrainerConfig:
     progress: bool = True
 
     def __post_init__(self):
+        check_field_types(self, "trainer")  # types first; nested mappings become configs
         require_positive(self, "epochs", "updates_per_epoch", "eval_every", "eval_episodes", "checkpoint_every",
                          section="trainer")
         require_nonnegative(self, "seed", section="trainer")
@@ -116,11 +116,9 @@ class Trainer:
     def __init__(self, agent: Agent, dataset, config: TrainerConfig = TrainerConfig(),
                  generator: Optional[Generator] = None, callbacks: Optional[list] = None):
         check_trainer_parts(agent, dataset, config, generator)
-        if dataset.env_name is None:
-            raise DatasetError("the dataset names no env, so the policy cannot be evaluated; "
-                                  "load it with an env (e.g. load_dataset(path, env='hopper')).")
+        config = config_argument(config, TrainerConfig, "Trainer's config", "trainer", "TrainerConfig(epochs=100)")
         self.agent, self.dataset, self.config, self.generator = agent, dataset, config, generator
-        self.env = get_env_info(dataset.env_name)
+        self.env = dataset_env(dataset, "Trainer")  # the env the policy is evaluated in
         self.callbacks = list(callbacks or [])
         self.device = torch.device(agent.device)
         self.run_dir = Path(config.run_dir)
@@ -385,9 +383,7 @@ def check_trainer_parts(agent, dataset, config, generator) -> None:
                              f"with e.g. mbrl_offline.algorithms.RAVL.for_dataset(dataset), or use "
                              f"build_run('ravl', dataset).")
     require_dataset(dataset, "Trainer")
-    if not isinstance(config, TrainerConfig):
-        raise InputTypeError(f"Trainer's config must be a TrainerConfig, got {type_name(config)}; e.g. "
-                             f"TrainerConfig(epochs=100).")
+    config_argument(config, TrainerConfig, "Trainer's config", "trainer", "TrainerConfig(epochs=100)")  # None: default
     if generator is not None and not isinstance(generator, Generator):
         raise InputTypeError(f"Trainer's generator must be a generator (mbrl_offline.roles.Generator) or None, got "
                              f"{type_name(generator)}; build one with mbrl_offline.generators.build_generator.")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from mbrl_offline.config import require_nonnegative, require_positive
+from mbrl_offline.config import check_field_types, require_nonnegative, require_positive
 from mbrl_offline.errors import ConfigError
 
 SAMPLERS = ("tpe", "random", "grid")
@@ -50,6 +50,7 @@ class SamplerConfig:
     n_startup_trials: int = 5  # TPE: random trials before the model-guided ones
 
     def __post_init__(self):
+        check_field_types(self, "sweep.sampler")  # types first; nested mappings become configs
         require_nonnegative(self, "seed", "n_startup_trials", section="sweep.sampler")
 
 
@@ -60,6 +61,7 @@ class PrunerConfig:
     n_warmup_epochs: int = 2  # median: no pruning before this epoch of a trial's first run
 
     def __post_init__(self):
+        check_field_types(self, "sweep.pruner")  # types first; nested mappings become configs
         require_nonnegative(self, "n_startup_trials", "n_warmup_epochs", section="sweep.pruner")
 
 
@@ -80,6 +82,7 @@ class SweepConfig:
     space: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        check_field_types(self, "sweep")  # types first; nested mappings become configs
         require_positive(self, "n_trials", section="sweep")
         if not self.seeds:
             raise ConfigError("sweep.seeds is empty; give at least one seed, e.g. sweep.seeds=[0].")

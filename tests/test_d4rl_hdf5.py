@@ -128,3 +128,44 @@ def test_export_refuses_to_overwrite_and_writes_atomically(tmp_path, hopper_data
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.hdf5"]  # no temporary files left
     assert read_d4rl_hdf5(path).metadata == {}  # provenance lives in attributes, read by load_dataset
+
+
+def test_rewards_of_two_columns_are_refused_as_not_one_column(tmp_path, hopper_data):
+    arrays = raw_arrays(hopper_data)
+    arrays["rewards"] = np.stack([arrays["rewards"], arrays["rewards"]], axis=1)
+    path = write_raw(tmp_path / "hopper_two.hdf5", **arrays)
+    with pytest.raises(DatasetError) as excinfo:
+        load_dataset(str(path))
+    message = str(excinfo.value)
+    assert "\n" not in message and "different lengths" not in message
+    assert message.startswith(f"{path}: 'rewards' has shape ({len(hopper_data)}, 2); it must be one column"), message
+
+
+def test_observations_stored_as_a_group_are_named_a_group_not_a_corrupt_file(tmp_path, hopper_data):
+    path = write_raw(tmp_path / "hopper_group.hdf5", **raw_arrays(hopper_data, ("actions", "rewards", "terminals")))
+    with h5py.File(path, "a") as f:
+        f.create_group("observations").create_dataset("x", data=hopper_data.observations)
+    with pytest.raises(DatasetError) as excinfo:
+        load_dataset(str(path))
+    message = str(excinfo.value)
+    assert "\n" not in message and "corrupt" not in message
+    assert message.startswith(f"{path}: 'observations' is a group where an array is expected"), message
+
+
+def test_actions_far_outside_the_envs_bounds_load_with_a_one_line_warning(tmp_path, hopper_data):
+    import warnings
+
+    from mbrl_offline.errors import DatasetWarning
+
+    arrays = raw_arrays(hopper_data)
+    path = write_raw(tmp_path / "hopper_scaled.hdf5", **{**arrays, "actions": 3.0 * np.sign(arrays["actions"])})
+    with pytest.warns(DatasetWarning) as record:
+        loaded = load_dataset(str(path))
+    assert len(loaded) == len(hopper_data)  # it still loads
+    message = str(record[0].message)
+    assert "\n" not in message and record[0].filename == __file__  # points at the caller's line
+    assert message.startswith(f"{path}: ") and "far outside hopper's action bounds" in message, message
+    assert "rescale the actions into the bounds" in message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # in-bounds data loads silently
+        load_dataset(str(write_raw(tmp_path / "hopper_fine.hdf5", **arrays)))

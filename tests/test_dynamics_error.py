@@ -163,3 +163,24 @@ def test_a_checkpoints_policy_is_the_target(tmp_path, monkeypatch, capsys, tool)
                                       monkeypatch, capsys)
     assert status == 2 and err.startswith(f"error: checkpoint={run_dir / 'checkpoint.pt'} holds a pendulum policy, "
                                           f"not one for hopper; use env=pendulum."), err
+
+
+def test_a_recurrent_checkpoint_policy_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
+    """A NEUBAY checkpoint's policy acts on histories, not states: refused in one line, exit 2, before any model
+    is fitted."""
+    import mbrl_offline.algorithms as algorithms
+    from mbrl_offline.algorithms import NEUBAY, NEUBAYConfig
+    from mbrl_offline.data.envs import get_env_info
+
+    low, high = get_env_info("pendulum").action_bounds()
+    agent = NEUBAY(3, 1, low, high, NEUBAYConfig(d_model=16, d_hidden=8, head_hidden=16))
+    state = {"algorithm": "neubay", "env": "pendulum", "epoch": 1}
+    monkeypatch.setattr(algorithms, "load_policy", lambda path, device="cpu": (agent, state))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("MBRL_OFFLINE_CACHE", str(tmp_path / "cache"))
+    checkpoint = tmp_path / "neubay" / "checkpoint.pt"
+    status, out, err = run_in_process("dynamics_error", [*TINY, f"checkpoint={checkpoint}"], monkeypatch, capsys)
+    assert status == 2 and len(err.strip().splitlines()) == 1, err
+    assert err.startswith(f"error: checkpoint={checkpoint} holds a neubay policy, which is recurrent"), err
+    assert "give a feed-forward checkpoint" in err
+    assert not (tmp_path / "cache").exists()  # nothing fitted

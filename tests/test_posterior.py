@@ -369,7 +369,7 @@ def test_for_dataset_builds_histories_at_the_env_horizon_and_keeps_the_dynamics_
 
     env = SimpleNamespace(name="pendulum", termination_fn=never, max_episode_steps=4)
     monkeypatch.setattr(posterior_module, "load_or_fit_dynamics", load_or_fit)
-    monkeypatch.setattr(posterior_module, "get_env_info", lambda name: env)
+    monkeypatch.setattr(posterior_module, "dataset_env", lambda dataset, where: env)
     config = PosteriorGeneratorConfig(posterior=PosteriorConfig(parallel=3, quantile=1.0),
                                       dynamics=DynamicsConfig(), mixing=MixingConfig(rule="weights"))
     generator = PosteriorGenerator.for_dataset(config, dataset)
@@ -384,7 +384,7 @@ def test_for_dataset_builds_histories_at_the_env_horizon_and_keeps_the_dynamics_
     generator.load_state_dict(state)  # the threshold follows the loaded model
     assert dynamics.threshold == 5.0 and generator.rollouts.threshold == 5.0
     env_without = SimpleNamespace(name="pendulum", termination_fn=never)
-    monkeypatch.setattr(posterior_module, "get_env_info", lambda name: env_without)
+    monkeypatch.setattr(posterior_module, "dataset_env", lambda dataset, where: env_without)
     with pytest.raises(ConfigError, match="max_episode_steps"):
         PosteriorGenerator.for_dataset(config, dataset)
 

@@ -239,6 +239,37 @@ def test_actor_step_through_explicit_action_gradient_matches_autograd(weighted, 
         torch.testing.assert_close(ours.grad, theirs.grad, rtol=1e-5, atol=1e-7)
 
 
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize("target_entropy", [None, 0.7])
+def test_alpha_step_gradient_matches_autograd(weighted, target_entropy, device):
+    """The temperature's gradient, set by hand in `SAC._update` (``-mean(log pi + H_target)``), against
+    autograd of CORL's alpha loss ``mean(-log_alpha (log pi + H_target).detach())`` on the same action
+    sample (with per-row weights: ``sum_b w_b (...)``), and the log alpha after one Adam step on each."""
+    import copy
+
+    torch.manual_seed(6)
+    agent = SAC(4, 2, -torch.ones(2), torch.ones(2),
+                SACConfig(num_critics=2, hidden_size=16, init_alpha=0.3, target_entropy=target_entropy), device)
+    reference = copy.deepcopy(agent)
+    batch = random_batch(32, device)
+    if weighted:
+        batch["weights"] = torch.rand(32, device=device) / 16
+    torch.manual_seed(7)
+    agent.update(batch)
+    torch.manual_seed(7)
+    _, log_prob = reference.actor(batch["observations"])  # the update's first draw: the same sample
+    entropy_target = -2.0 if target_entropy is None else target_entropy
+    per_row = -reference.log_alpha * (log_prob.detach() + entropy_target)
+    alpha_loss = (per_row * batch["weights"]).sum() if weighted else per_row.mean()
+    reference.alpha_optim.zero_grad()
+    alpha_loss.backward()
+    assert agent.log_alpha.grad.shape == reference.log_alpha.grad.shape == ()
+    torch.testing.assert_close(agent.log_alpha.grad, reference.log_alpha.grad, rtol=1e-5, atol=1e-7)
+    reference.alpha_optim.step()
+    torch.testing.assert_close(agent.log_alpha.detach(), reference.log_alpha.detach(), rtol=1e-6, atol=1e-7)
+    assert agent.log_alpha.detach() != torch.log(torch.tensor(0.3, device=device))  # it moved
+
+
 @pytest.mark.parametrize("hidden_size, rows", [(32, 64), (30, 63)])
 def test_lowest_member_gradient_matches_autograd_through_min(device, hidden_size, rows):
     """Rows grouped by their lowest critic give that critic's value and action gradient, whether the

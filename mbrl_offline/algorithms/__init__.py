@@ -17,7 +17,7 @@ from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.algorithms.td3bc import TD3BC, TD3BCConfig
 from mbrl_offline.checkpoint import read_checkpoint
-from mbrl_offline.config import config_to_dataclass, did_you_mean
+from mbrl_offline.config import check_device, config_to_dataclass, did_you_mean
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 
@@ -34,7 +34,9 @@ def get_algorithm(name: str):
 
 def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
     """The agent saved in a training checkpoint, without its generator (and without the dynamics model
-    MOBILE's penalty uses, which acting does not need): ready for ``act``."""
+    MOBILE's penalty uses, which acting does not need): ready for ``act``. A ``device`` this machine
+    lacks (``cuda`` without a GPU) is refused in one line before the checkpoint is read."""
+    device = check_device(device, "load_policy's device")
     state = read_checkpoint(checkpoint)
     agent_cls, config_cls = get_algorithm(state["algorithm"])
     env = get_env_info(state["env"])

@@ -53,7 +53,8 @@ from torch import nn
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
+from mbrl_offline.config import (check_field_types, require_above_zero,
+                                 require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.roles import FeedForwardAgent
@@ -86,6 +87,7 @@ class IQLConfig:
     state_std_eps: float = 1e-3
 
     def __post_init__(self):
+        check_field_types(self, "algo")  # types first; nested mappings become configs
         require_positive(self, "batch_size", "hidden_size", "hidden_layers")
         require_in_range(self, "expectile", 0.0, 1.0, low_open=True, high_open=True, hint=" (CORL: 0.7)")
         require_nonnegative(self, "beta", "state_std_eps")

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.config import config_argument
+from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import NoGeneratorConfig
 
@@ -52,8 +53,8 @@ def action_box(action_low, action_high, device: torch.device):
 def new_agent_for(cls, dataset, config, device):
     """``cls(obs_dim, act_dim, low, high, config, device)`` for ``dataset``'s env, with the state
     normalisation fitted when ``config.normalize_states`` (on the real data, whatever a generator adds)."""
-    config = config if config is not None else cls.config_class()
-    env = get_env_info(dataset.env_name)
+    env = dataset_env(dataset, f"{cls.__name__}.for_dataset")
+    config = config_argument(config, cls.config_class, f"{cls.__name__}.for_dataset's config")
     low, high = env.action_bounds()
     agent = cls(env.obs_dim, env.act_dim, low, high, config, device)
     if config.normalize_states:

@@ -62,9 +62,10 @@ from torch.nn import functional as F
 
 from mbrl_offline.algorithms.sac import load_soft_actor_critic_state, soft_actor_critic_state
 from mbrl_offline.buffer import tape_weights
-from mbrl_offline.config import (require_above_zero, require_fraction, require_in_range, require_nonnegative,
+from mbrl_offline.config import (check_field_types, config_argument,
+                                 require_above_zero, require_fraction, require_in_range, require_nonnegative,
                                  require_positive)
-from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.networks import tanh_gaussian_draw, tanh_gaussian_log_prob, tanh_gaussian_log_prob_of
 from mbrl_offline.models.recurrent import ENCODERS, Block, EnsembleHeads, RecurrentEncoder
@@ -104,6 +105,7 @@ class NEUBAYConfig:
     schedule_updates: Optional[int] = None  # length of the cosine schedules; None: the trainer's total updates
 
     def __post_init__(self):
+        check_field_types(self, "algo")  # types first; nested mappings become configs
         require_positive(self, "batch_size", "d_model", "d_hidden", "encoder_layers", "head_hidden", "head_layers",
                          "num_critics", "sampled_critics", "schedule_updates")
         if self.batch_size < 2:
@@ -239,7 +241,11 @@ class RecurrentEpisodePolicy:
         self.reset(1)
 
     def reset(self, episodes: int) -> None:
-        self.state = self.agent.actor.encoder.initial_state(episodes)
+        if isinstance(episodes, bool) or not isinstance(episodes, (int, np.integer)) or episodes < 1:
+            raise InputError(f"neubay episode policy: reset takes the number of episodes (a whole number of at "
+                             f"least 1), got {episodes!r}.")
+        self.episodes = int(episodes)
+        self.state = self.agent.actor.encoder.initial_state(self.episodes)
         self.previous_actions = torch.zeros(episodes, self.agent.act_dim, device=self.agent.device)
 
     @torch.no_grad()
@@ -253,6 +259,10 @@ class RecurrentEpisodePolicy:
         if not len(rows) == len(starts) == len(rewards) == len(obs):
             raise InputError(f"neubay episode policy: observations ({len(obs)}), rewards ({len(rewards)}), starts "
                              f"({len(starts)}) and rows ({len(rows)}) must have one entry per stepped episode.")
+        if len(rows) and (int(rows.min()) < 0 or int(rows.max()) >= self.episodes):
+            raise InputError(f"neubay episode policy: rows must be episode indices in 0..{self.episodes - 1} (it was "
+                             f"reset for {self.episodes} episode(s)), got {int(rows.min())}..{int(rows.max())}; call "
+                             f"reset(episodes) with the number of episodes you step.")
         x = history_inputs(obs, self.previous_actions[rows], rewards, starts)
         state = [s[rows] for s in self.state]
         mu, raw_log_std, state = agent.actor(x.unsqueeze(1), starts.unsqueeze(1), state)
@@ -314,8 +324,8 @@ class NEUBAY:
     @classmethod
     def for_dataset(cls, dataset, config=None, device: str | torch.device = "cpu", **parts):
         """The agent for ``dataset``'s env (its sizes and action bounds)."""
-        config = config if config is not None else cls.config_class()
-        env = get_env_info(dataset.env_name)
+        env = dataset_env(dataset, f"{cls.__name__}.for_dataset")
+        config = config_argument(config, cls.config_class, f"{cls.__name__}.for_dataset's config")
         low, high = env.action_bounds()
         return cls(env.obs_dim, env.act_dim, low, high, config, device, **parts)
 

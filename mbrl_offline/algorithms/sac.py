@@ -45,8 +45,9 @@ import torch
 
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.data.envs import get_env_info
-from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
+from mbrl_offline.data.dataset import dataset_env
+from mbrl_offline.config import (check_field_types, config_argument, require_above_zero,
+                                 require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
 from mbrl_offline.roles import FeedForwardAgent
@@ -126,6 +127,7 @@ class SACConfig:
     cuda_graph: bool = True  # on a CUDA device, record the update once and replay it as a CUDA graph (see `SAC`)
 
     def __post_init__(self):
+        check_field_types(self, "algo")  # types first; nested mappings become configs
         require_positive(self, "num_critics", "batch_size", "hidden_size", "hidden_layers")
         require_above_zero(self, "actor_lr", "critic_lr", "alpha_lr", "init_alpha")
         require_in_range(self, "gamma", 0.0, 1.0, low_open=True, hint=" (the discount; usually 0.99)")
@@ -197,8 +199,8 @@ class SAC(FeedForwardAgent):
     def for_dataset(cls, dataset, config=None, device: str | torch.device = "cpu", **parts):
         """The agent for ``dataset``'s env (its sizes and action bounds); ``parts`` go to the
         constructor (MOBILE's ``dynamics``)."""
-        config = config if config is not None else cls.config_class()
-        env = get_env_info(dataset.env_name)
+        env = dataset_env(dataset, f"{cls.__name__}.for_dataset")
+        config = config_argument(config, cls.config_class, f"{cls.__name__}.for_dataset's config")
         low, high = env.action_bounds()
         return cls(env.obs_dim, env.act_dim, low, high, config, device, **parts)
 

@@ -45,7 +45,8 @@ import torch.nn.functional as F
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
+from mbrl_offline.config import (check_field_types, require_above_zero,
+                                 require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.roles import FeedForwardAgent
 from mbrl_offline.utils import soft_update
@@ -73,6 +74,7 @@ class TD3BCConfig:
     state_std_eps: float = 1e-3
 
     def __post_init__(self):
+        check_field_types(self, "algo")  # types first; nested mappings become configs
         require_positive(self, "batch_size", "hidden_size", "hidden_layers", "policy_freq")
         require_nonnegative(self, "alpha", "policy_noise", "noise_clip", "state_std_eps")
         require_above_zero(self, "actor_lr", "critic_lr")

@@ -43,10 +43,22 @@ def read_d4rl_hdf5(path: str | os.PathLike, source: Optional[str] = None) -> Off
             if missing:
                 raise DatasetError(f"{source}: missing key(s) {missing}; a D4RL file needs {list(REQUIRED_KEYS)} "
                                    f"(it has {sorted(f.keys())}).")
-            arrays = {k: f[k][()] for k in REQUIRED_KEYS + ("next_observations", "timeouts") if k in f}
+            keys = [k for k in REQUIRED_KEYS + ("next_observations", "timeouts") if k in f]
+            for key in keys:
+                if not isinstance(f[key], h5py.Dataset):
+                    what = "a group" if isinstance(f[key], h5py.Group) else f"a {type(f[key]).__name__}"
+                    raise DatasetError(f"{source}: '{key}' is {what} where an array is expected; a D4RL file stores "
+                                       f"'{key}' as one array (an HDF5 dataset) of one row per transition: "
+                                       f"re-export the file.")
+            arrays = {k: f[k][()] for k in keys}
             for key in ("observations", "actions", "rewards", "terminals", "timeouts", "next_observations"):
                 if key in arrays and np.asarray(arrays[key]).dtype.kind not in "fiub":
                     raise DatasetError(f"{source}: '{key}' holds {np.asarray(arrays[key]).dtype} values, not numbers.")
+            for key in ("rewards", "terminals", "timeouts"):  # one value per transition: (N,), or (N, 1)
+                shape = np.shape(arrays.get(key, ()))
+                if key in arrays and not (len(shape) == 1 or (len(shape) == 2 and shape[1] == 1)):
+                    raise DatasetError(f"{source}: '{key}' has shape {shape}; it must be one column, one value per "
+                                       f"transition ((N,) or (N, 1)): re-export the file with a single '{key}' column.")
     except DatasetError:
         raise
     except Exception as exc:  # h5py raises OSError, KeyError, ValueError... for damaged files

@@ -184,5 +184,34 @@ def require_dataset(dataset, where: str) -> None:
                          f"terminals=..., timeouts=..., env_name='hopper').")
 
 
+def dataset_env(dataset, where: str):
+    """The registry entry (`mbrl_offline.data.envs.EnvInfo`) of ``dataset``'s env: what every agent's
+    ``for_dataset``, every generator's and `mbrl_offline.build_run` call first, since the agent's sizes
+    and action bounds come from the env. Refused in one line naming ``where``: what is not a dataset
+    (`InputTypeError`, `require_dataset`), a dataset that names no env, one whose env is not in the
+    registry, and one whose observations or actions are not the env's widths (`DatasetError`)."""
+    from mbrl_offline.data.envs import ENVS, get_env_info
+    from mbrl_offline.errors import ConfigError
+
+    require_dataset(dataset, where)
+    name = dataset.env_name or getattr(dataset, "env_id", None)
+    source = getattr(dataset, "source", "the dataset")
+    if name is None:
+        raise DatasetError(f"{where}: {source} names no env, so the agent's sizes and action bounds are unknown; "
+                           f"load it with one (load_dataset(path, env='hopper')) or set dataset.env_name to one "
+                           f"of {', '.join(ENVS)}.")
+    try:
+        info = get_env_info(name)
+    except ConfigError as exc:
+        raise DatasetError(f"{where}: {source} names env '{name}', which is not in the registry; set "
+                           f"dataset.env_name to one of {', '.join(ENVS)}. ({exc})") from None
+    if isinstance(dataset, OfflineDataset):
+        try:
+            dataset.validate(obs_dim=info.obs_dim, act_dim=info.act_dim)
+        except DatasetError as exc:
+            raise DatasetError(f"{where}: {exc}") from None
+    return info
+
+
 def _as_float32(values) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(values, dtype=np.float32))

@@ -22,9 +22,11 @@ import os
 from pathlib import Path
 from typing import Optional
 
+import numpy as np
+
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.data.envs import ENVS, get_env_info
-from mbrl_offline.errors import ConfigError, DatasetError, InputTypeError, type_name
+from mbrl_offline.errors import ConfigError, DatasetError, DatasetWarning, InputTypeError, type_name
 
 BUNDLED_DIR = Path(__file__).parent / "bundled"
 HDF5_SUFFIXES = (".hdf5", ".h5")
@@ -103,7 +105,37 @@ def _attach_env(dataset: OfflineDataset, env: Optional[str]) -> OfflineDataset:
     if dataset.ref_min_score is None or dataset.ref_max_score is None:
         dataset.ref_min_score, dataset.ref_max_score = info.ref_min_score, info.ref_max_score
     dataset.validate(obs_dim=info.obs_dim, act_dim=info.act_dim)
+    warn_actions_outside_bounds(dataset, info)
     return dataset
+
+
+FAR_OUTSIDE = 2.0  # actions further than this many half-widths from the box's centre are "far outside"
+
+
+def warn_actions_outside_bounds(dataset: OfflineDataset, info) -> None:
+    """Warn (one line, `DatasetWarning`) when ``dataset``'s actions go far outside env ``info``'s action
+    box: more than `FAR_OUTSIDE` half-widths from its centre (actions of [-3, 3] for a [-1, 1] box), which
+    clipping noise never reaches. Such data is in other units or for another env; agents squash their
+    actions into the box, so they could never imitate it. The data still loads."""
+    import warnings
+
+    try:
+        low, high = info.action_bounds()
+    except Exception:  # the env cannot be built here (e.g. MuJoCo missing): nothing to compare with
+        return
+    centre, half = (high + low) / 2.0, (high - low) / 2.0
+    reach = np.abs(dataset.actions - centre) / np.where(half > 0, half, np.inf)
+    outside = reach > FAR_OUTSIDE
+    if not outside.any():
+        return
+    rows = int(outside.any(axis=1).sum())
+    column = int(np.argmax(reach.max(axis=0)))
+    value = float(dataset.actions[int(np.argmax(reach[:, column])), column])
+    box = f"[{float(low[column]):g}, {float(high[column]):g}]"
+    warnings.warn(f"{dataset.source}: {rows} of {len(dataset)} rows have actions far outside {info.name}'s action "
+                  f"bounds (action {column} reaches {value:g}, bounds {box}); the data is in other units or for "
+                  f"another env: rescale the actions into the bounds, or load it with the env it was made for.",
+                  DatasetWarning, stacklevel=4)
 
 
 def _registry_name(name: Optional[str]) -> Optional[str]:

@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from mbrl_offline.config import config_to_dataclass, did_you_mean
+from mbrl_offline.config import check_field_types, config_to_dataclass, did_you_mean
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.pgd import PGDGenerator, PGDGeneratorConfig, PGDGuidanceConfig, UNetConfig
 from mbrl_offline.generators.posterior import PosteriorConfig, PosteriorGenerator, PosteriorGeneratorConfig
@@ -32,6 +32,7 @@ class NoGeneratorConfig:
     kind: str = "none"
 
     def __post_init__(self):
+        check_field_types(self, "generator")  # types first; nested mappings become configs
         if self.kind != "none":
             raise ConfigError(f"a NoGeneratorConfig has kind 'none', not '{self.kind}'.")
 

@@ -75,8 +75,8 @@ import torch
 from torch import Tensor
 
 from mbrl_offline.buffer import MixingConfig
-from mbrl_offline.config import require_in_range, require_positive
-from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.config import check_field_types, require_in_range, require_positive
+from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.data.windows import dataset_windows, gather_windows
 from mbrl_offline.errors import CheckpointError, ConfigError, InputError
 from mbrl_offline.models.diffusion import (DiffusionModel, DiffusionTrainConfig, EDMConfig, Guidance, KnownEntries,
@@ -97,6 +97,7 @@ class UNetConfig:
     groups: int = 8  # GroupNorm groups (paper 8); base must be a multiple
 
     def __post_init__(self):
+        check_field_types(self, "generator.unet")  # types first; nested mappings become configs
         require_positive(self, "base", "levels", "groups", section="generator.unet")
         if self.base % self.groups:
             raise ConfigError(f"generator.unet.base ({self.base}) must be a multiple of generator.unet.groups "
@@ -115,6 +116,7 @@ class PGDGuidanceConfig:
     denoised: bool = False  # take the gradient at the denoised estimate D(x; sigma) (official: off)
 
     def __post_init__(self):
+        check_field_types(self, "generator.guidance")  # types first; nested mappings become configs
         for name in ("scale", "cosine_coeff"):  # any finite number (a negative scale pushes away from the policy)
             require_in_range(self, name, section="generator.guidance")
 
@@ -163,6 +165,7 @@ class PGDGeneratorConfig:
     mixing: MixingConfig = field(default_factory=_pgd_mixing)  # real and synthetic rows per batch
 
     def __post_init__(self):
+        check_field_types(self, "generator")  # types first; nested mappings become configs
         if self.kind != "pgd":
             raise ConfigError(f"a PGDGeneratorConfig has kind 'pgd', not '{self.kind}'.")
         if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
@@ -315,10 +318,7 @@ class PGDGenerator:
                     progress: bool = True) -> "PGDGenerator":
         """The generator for ``dataset``: the diffusion model from ``model_path``, or from the cache
         (fitted on ``dataset``'s windows with ``config`` the first time)."""
-        if dataset.env_name is None:
-            raise ConfigError(f"generator=pgd needs the dataset's env (for its action bounds); {dataset.source} names "
-                              f"none.")
-        env = get_env_info(dataset.env_name)
+        env = dataset_env(dataset, "generator=pgd")  # for its action bounds
         low, high = env.action_bounds()
         rows = TrajectoryRows(dataset.obs_dim, dataset.act_dim, low, high)
         if model_path is not None:

@@ -64,8 +64,8 @@ import numpy as np
 import torch
 
 from mbrl_offline.buffer import MixingConfig
-from mbrl_offline.config import require_in_range, require_nonnegative, require_positive
-from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.config import check_field_types, require_in_range, require_nonnegative, require_positive
+from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
@@ -88,6 +88,7 @@ class PosteriorConfig:
     deterministic_actions: bool = False  # the policy's mode instead of a sample (needs sample(deterministic=))
 
     def __post_init__(self):
+        check_field_types(self, "posterior")  # types first; nested mappings become configs
         require_positive(self, "parallel", section="posterior")
         require_in_range(self, "quantile", high=1.0, section="posterior", hint=" (below 0: no truncation)")
         require_nonnegative(self, "penalty_coef", section="posterior")
@@ -121,6 +122,7 @@ class PosteriorGeneratorConfig:
     mixing: MixingConfig = field(default_factory=lambda: MixingConfig(rule="tape", kappa=0.05))
 
     def __post_init__(self):
+        check_field_types(self, "generator")  # types first; nested mappings become configs
         if self.kind != "posterior":
             raise ConfigError(f"a PosteriorGeneratorConfig has kind 'posterior', not '{self.kind}'.")
         if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
@@ -421,7 +423,7 @@ class PosteriorGenerator:
         """The generator for ``dataset``: the ensemble from ``model_path``, or from the cache (fitted on
         ``dataset`` with ``config.dynamics`` the first time), and the dataset's histories cut at the
         env's horizon."""
-        env = get_env_info(dataset.env_name)
+        env = dataset_env(dataset, "generator=posterior")
         if model_path is not None:
             dynamics = GaussianEnsembleDynamics.load(model_path, map_location=device)
         else:

@@ -34,8 +34,8 @@ from typing import Optional
 import torch
 
 from mbrl_offline.buffer import MixingConfig
-from mbrl_offline.config import require_nonnegative, require_positive
-from mbrl_offline.data.envs import get_env_info
+from mbrl_offline.config import check_field_types, require_nonnegative, require_positive
+from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
@@ -66,6 +66,7 @@ class RolloutConfig:
     upmpc: UPMPCConfig = field(default_factory=UPMPCConfig)  # used when planner is upmpc
 
     def __post_init__(self):
+        check_field_types(self, "rollout")  # types first; nested mappings become configs
         require_positive(self, "horizon", "rollouts_per_epoch", "retain_epochs", section="rollout")
         require_nonnegative(self, "penalty_coef", section="rollout")
         if self.penalty not in PENALTIES:
@@ -207,6 +208,7 @@ class RolloutGeneratorConfig:
     mixing: MixingConfig = field(default_factory=MixingConfig)  # real and synthetic rows per batch
 
     def __post_init__(self):
+        check_field_types(self, "generator")  # types first; nested mappings become configs
         if self.kind != "rollouts":
             raise ConfigError(f"a RolloutGeneratorConfig has kind 'rollouts', not '{self.kind}'.")
         if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
@@ -243,7 +245,7 @@ class RolloutGenerator:
         """The generator for ``dataset``'s env: the simulator if ``config.true_dynamics``; else the
         ensemble from ``model_path``, or from the cache (trained on ``dataset`` with ``config.dynamics``
         the first time)."""
-        env = get_env_info(dataset.env_name)
+        env = dataset_env(dataset, "generator=rollouts")
         if config.true_dynamics:
             if model_path is not None:
                 raise ConfigError("generator.true_dynamics=true rolls out in the simulator; leave dynamics_path unset.")

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from mbrl_offline.buffer import MixingConfig
-from mbrl_offline.config import require_fraction, require_nonnegative, require_positive
+from mbrl_offline.config import check_field_types, require_fraction, require_nonnegative, require_positive
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.diffusion import (DiffusionModel, DiffusionTrainConfig, EDMConfig, ResidualMLPConfig,
@@ -70,6 +70,7 @@ class SyntherGeneratorConfig:
     mixing: MixingConfig = field(default_factory=lambda: MixingConfig(rule="fraction", real_ratio=0.0))
 
     def __post_init__(self):
+        check_field_types(self, "generator")  # types first; nested mappings become configs
         if self.kind != "synther":
             raise ConfigError(f"a SyntherGeneratorConfig has kind 'synther', not '{self.kind}'.")
         require_nonnegative(self, "every", section="generator", hint=" (0: generate once)")

@@ -25,7 +25,7 @@ from typing import Callable, Optional
 
 import torch
 
-from mbrl_offline.config import require_fraction, require_nonnegative, require_positive
+from mbrl_offline.config import check_field_types, require_fraction, require_nonnegative, require_positive
 from mbrl_offline.models.uncertainty import sample_members, sampled_disagreement
 
 
@@ -38,6 +38,7 @@ class UPMPCConfig:
     uncertainty_discount: float = 0.97  # gamma_u
 
     def __post_init__(self):
+        check_field_types(self, "upmpc")  # types first; nested mappings become configs
         require_positive(self, "candidates", "horizon", section="upmpc")
         require_nonnegative(self, "uncertainty_weight", section="upmpc")
         require_fraction(self, "reward_discount", "uncertainty_discount", section="upmpc")

@@ -60,9 +60,10 @@ from torch import Tensor, nn
 from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
 from mbrl_offline.cache import load_or_fit
-from mbrl_offline.config import (require_above_zero, require_fraction, require_in_range, require_nonnegative,
+from mbrl_offline.config import (check_field_types,
+                                 require_above_zero, require_fraction, require_in_range, require_nonnegative,
                                  require_positive)
-from mbrl_offline.errors import CheckpointError, ConfigError, InputError
+from mbrl_offline.errors import CheckpointError, ConfigError, InputError, NotFittedError
 from mbrl_offline.models.unet import TemporalUNet
 from mbrl_offline.torch_files import load_plain, save_plain
 from mbrl_offline.utils import progress_bar
@@ -92,6 +93,7 @@ class EDMConfig:
     euler_from: str = "churned"
 
     def __post_init__(self):
+        check_field_types(self, "generator.edm")  # types first; nested mappings become configs
         require_above_zero(self, "sigma_data", "p_std", "sigma_min", "sigma_max", "rho", "s_noise",
                            section="generator.edm")
         require_in_range(self, "p_mean", section="generator.edm")
@@ -137,6 +139,7 @@ class DiffusionTrainConfig:
     ema_every: int = 10  # ... updated every 10 steps
 
     def __post_init__(self):
+        check_field_types(self, "generator.train")  # types first; nested mappings become configs
         require_positive(self, "steps", "batch_size", "ema_every", section="generator.train")
         require_above_zero(self, "lr", section="generator.train")
         require_nonnegative(self, "weight_decay", section="generator.train")
@@ -435,6 +438,7 @@ class ResidualMLPConfig:
     layer_norm: bool = False  # paper: off
 
     def __post_init__(self):
+        check_field_types(self, "generator.denoiser")  # types first; nested mappings become configs
         require_positive(self, "width", "blocks", "dim_t", "fourier_dim", section="generator.denoiser")
         if self.fourier_dim % 2:
             raise ConfigError(f"generator.denoiser.fourier_dim must be even, got {self.fourier_dim}.")
@@ -512,7 +516,13 @@ def fit_diffusion(model: ElucidatedDiffusion, data: Tensor, config: DiffusionTra
 class DiffusionModel(nn.Module):
     """A fitted diffusion model: normaliser, EDM constants, denoiser (kind and settings) with its EMA
     weights. `sample` returns samples in the data's own units; `save`/`load` write and read one file of
-    tensors and plain data (`mbrl_offline.torch_files`)."""
+    tensors and plain data (`mbrl_offline.torch_files`).
+
+    As `mbrl_offline.models.dynamics.GaussianEnsembleDynamics`, a model knows whether it was fitted:
+    `sample` raises `NotFittedError` on one that was neither fitted nor loaded (its samples would be
+    noise). The flag is the buffer ``fitted``, saved with the weights (a file saved before the flag
+    existed counts as fitted: only fitted models were saved); `mark_fitted` sets it for weights set by
+    hand (`fit_diffusion` on ``model.diffusion``, benchmarks of random weights)."""
 
     def __init__(self, event_shape: Sequence[int], denoiser: str = "resmlp", denoiser_kwargs: Optional[dict] = None,
                  edm: EDMConfig = EDMConfig(), skip_dims: Sequence[int] = ()):
@@ -524,6 +534,19 @@ class DiffusionModel(nn.Module):
         self.diffusion = ElucidatedDiffusion(DENOISERS[denoiser](self.event_shape[-1], **self.denoiser_kwargs), edm)
         self.normalizer = Normalizer(self.event_shape[-1])
         self.train_log: list[dict] = []
+        self.register_buffer("fitted", torch.tensor(False))  # saved with the weights
+        self.is_fitted = False  # the buffer's value as a Python bool (no device sync in `sample`)
+
+    def mark_fitted(self) -> "DiffusionModel":
+        """Count the model as fitted (`fit` does this; call it after setting the weights yourself)."""
+        self.fitted.fill_(True)
+        self.is_fitted = True
+        return self
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        state_dict.setdefault(prefix + "fitted", torch.tensor(True))  # saved before the flag: a fitted model's
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.is_fitted = bool(self.fitted)
 
     @property
     def edm(self) -> EDMConfig:
@@ -539,7 +562,7 @@ class DiffusionModel(nn.Module):
         self.normalizer = Normalizer.fit(data, skip_dims=self.skip_dims)
         ema, self.train_log = fit_diffusion(self.diffusion, self.normalizer.normalize(data), config, generator, progress)
         self.diffusion.net.load_state_dict(ema.module.state_dict())
-        return self
+        return self.mark_fitted()
 
     def sample(self, n: int, generator: Optional[torch.Generator] = None, guidance: Optional[Guidance] = None,
                steps: Optional[int] = None, batch_size: Optional[int] = None,
@@ -549,6 +572,10 @@ class DiffusionModel(nn.Module):
         between the two). ``event_shape``: another shape the denoiser accepts, with the same last axis (a
         convolutional denoiser takes windows of any length: PGD generates 129 rows from a model trained on
         32); default the training shape."""
+        if not self.is_fitted:
+            raise NotFittedError("this DiffusionModel was never fitted, so its samples are noise; call fit(data) "
+                                 "first, load a fitted one (DiffusionModel.load, load_or_fit_diffusion), or call "
+                                 "mark_fitted() after setting its weights yourself.")
         device = next(self.parameters()).device
         event_shape = tuple(event_shape or self.event_shape)
         if event_shape[-1] != self.event_shape[-1]:

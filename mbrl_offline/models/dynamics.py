@@ -78,7 +78,8 @@ import torch
 from torch import nn
 
 from mbrl_offline.cache import cache_root, load_or_fit
-from mbrl_offline.config import require_above_zero, require_in_range, require_nonnegative, require_positive
+from mbrl_offline.config import (check_field_types, require_above_zero,
+                                 require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
@@ -166,6 +167,9 @@ class DynamicsConfig:
     record_uncertainty: bool = False
 
     def __post_init__(self):
+        if isinstance(self.bootstrap, bool):  # models saved when bootstrap was a bool (before its type check)
+            self.bootstrap = "every_epoch" if self.bootstrap else "none"
+        check_field_types(self, "dynamics")  # types first; nested mappings become configs
         require_positive(self, "ensemble_size", "hidden_size", "hidden_layers", "batch_size", "max_epochs", "patience",
                          "max_holdout", section="dynamics")
         require_nonnegative(self, "min_epochs", "seed", "logvar_bound_coef", "improvement_threshold",
@@ -179,8 +183,6 @@ class DynamicsConfig:
                 isinstance(w, (int, float)) and not isinstance(w, bool) and 0 <= w < math.inf for w in self.weight_decay):
             raise ConfigError(f"dynamics.weight_decay must be a list of numbers >= 0 (one per hidden layer and "
                               f"one for the head), got {self.weight_decay!r}.")
-        if isinstance(self.bootstrap, bool):
-            self.bootstrap = "every_epoch" if self.bootstrap else "none"
         if self.bootstrap not in BOOTSTRAP:
             raise ConfigError(f"unknown dynamics bootstrap '{self.bootstrap}'; choose one of {', '.join(BOOTSTRAP)}.")
         if self.activation not in ACTIVATIONS:
