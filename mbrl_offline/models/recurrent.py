@@ -60,7 +60,8 @@ def lru_scan(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torc
     with autograd through `lru_scan_reference`.
     """
     dtype = bx.dtype
-    return _LRUScan.apply(lam.to(dtype), bx, starts.bool(), h0.to(dtype))
+    h0 = h0.to(dtype).expand(*bx.shape[:-2], bx.shape[-1])  # a state shared by every row: its gradient sums
+    return _LRUScan.apply(lam.to(dtype), bx, starts.bool(), h0)
 
 
 def _scan(lam: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -104,8 +105,7 @@ class _LRUScan(torch.autograd.Function):
         g = _scan(lam.conj(), grad_h.flip(-2), keep_next.flip(-2)).flip(-2)
         previous = torch.cat([h0.unsqueeze(-2), h[..., :-1, :]], dim=-2) * keep  # keep_t h_{t-1}
         grad_lam = (previous.conj() * g).reshape(-1, g.shape[-1]).sum(0) if ctx.needs_input_grad[0] else None
-        grad_h0 = ((lam.conj() * keep[..., 0, :] * g[..., 0, :]).sum_to_size(h0.shape)
-                   if ctx.needs_input_grad[3] else None)
+        grad_h0 = lam.conj() * keep[..., 0, :] * g[..., 0, :] if ctx.needs_input_grad[3] else None
         return grad_lam, g, None, grad_h0
 
 
@@ -172,10 +172,14 @@ class LRU(nn.Module):
         """``x (..., T, d_model)``, ``starts (..., T)``, ``h0 (..., d_hidden)`` complex -> outputs
         ``(..., T, d_model)`` and the last state ``(..., d_hidden)``."""
         gamma = torch.exp(self.gamma_log).unsqueeze(-1)
-        # B_norm x as two real products: (B_re + i B_im) gamma x
-        bx = torch.complex(x @ (self.B_re * gamma).t(), x @ (self.B_im * gamma).t())
+        # B_norm x as one real product whose output columns alternate real and imaginary parts (the
+        # layout of a complex tensor), read as complex without a copy: (B_re + i B_im) gamma x
+        b_interleaved = torch.stack([self.B_re * gamma, self.B_im * gamma], dim=1).reshape(2 * self.d_hidden, -1)
+        bx = torch.view_as_complex((x @ b_interleaved.t()).unflatten(-1, (self.d_hidden, 2)))
         h = lru_scan(self.eigenvalues(), bx, starts, h0)
-        y = h.real @ self.C_re.t() - h.imag @ self.C_im.t() + self.D * x  # Re(C h) + D x
+        # Re(C h) = C_re h_re - C_im h_im, likewise one product on h's real and imaginary parts as stored
+        c_interleaved = torch.stack([self.C_re, -self.C_im], dim=-1).reshape(self.d_model, 2 * self.d_hidden)
+        y = torch.view_as_real(h).flatten(-2) @ c_interleaved.t() + self.D * x  # Re(C h) + D x
         return y, h[..., -1, :]
 
 
