@@ -262,3 +262,22 @@ def test_ensemble_heads_per_member_and_selected_members():
     torch.testing.assert_close(out, torch.stack([member(i) for i in range(4)]), rtol=1e-5, atol=1e-6)
     chosen = torch.tensor([3, 1])
     torch.testing.assert_close(heads(x, chosen), out[chosen])
+
+
+def test_heads_on_input_parts_equal_the_heads_on_their_concatenation():
+    """[h, a] as two parts (NEUBAY's critic) gives the heads' values and every gradient of the concatenated
+    input, for all heads and for a subset; parts that do not add up to the input width are refused."""
+    torch.manual_seed(0)
+    heads = EnsembleHeads(7, 1, members=4, hidden=16, layers=2, final_scale=0.01)
+    features, actions = torch.randn(9, 5, requires_grad=True), torch.randn(9, 2, requires_grad=True)
+    for members in (None, torch.tensor([3, 1])):
+        whole = heads(torch.cat([features, actions], dim=-1), members)
+        parts = heads([features, actions], members)
+        torch.testing.assert_close(parts, whole)
+        weights = torch.randn_like(whole)
+        inputs = [features, actions, *heads.parameters()]
+        for got, want in zip(torch.autograd.grad((parts * weights).sum(), inputs),
+                             torch.autograd.grad((whole * weights).sum(), inputs)):
+            torch.testing.assert_close(got, want)
+    with pytest.raises(InputError, match="7 wide"):
+        heads([features, actions[:, :1]])

@@ -311,8 +311,9 @@ class EnsembleHeads(nn.Module):
 
     Every layer starts as Equinox's Linear, U(+-1/sqrt(fan_in)) weights and biases; with ``final_scale``
     the output layer is U(+-sqrt(final_scale / fan_in)) with zero biases (official ``final_linear``).
-    ``forward(x (R, in) shared | (N, R, in), members=None) -> (N, R, out_dim)``; ``members`` (indices)
-    evaluates only those heads.
+    ``forward(x (R, in) shared | (N, R, in) | [shared (R, in_i) parts], members=None) -> (N, R, out_dim)``;
+    ``members`` (indices) evaluates only those heads; parts are the columns of one input, kept apart so
+    that autograd differentiates only in the parts that need it (`EnsembleLinear`).
     """
 
     def __init__(self, in_dim: int, out_dim: int, members: int, hidden: int = 256, layers: int = 2,
@@ -333,7 +334,7 @@ class EnsembleHeads(nn.Module):
                 self.out.weight.uniform_(-bound, bound)
                 self.out.bias.zero_()
 
-    def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: "torch.Tensor | list[torch.Tensor]", members: Optional[torch.Tensor] = None) -> torch.Tensor:
         for linear, norm in zip(self.linears, self.norms):
             x = F.leaky_relu(norm(linear(x, members), members), 0.01)
         return self.out(x, members)
