@@ -198,7 +198,10 @@ class SequenceLayer(nn.Module):
     def forward(self, x: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y, h_last = self.lru(self.norm(x), starts, h0)
         g = F.gelu(y, approximate="tanh")
-        return x + self.out1(g) * torch.sigmoid(self.out2(g)), h_last
+        # out1(g) and out2(g) as one product with the two maps side by side
+        weight = torch.cat([self.out1.weight, self.out2.weight])
+        gate_in, gate = F.linear(g, weight, torch.cat([self.out1.bias, self.out2.bias])).chunk(2, dim=-1)
+        return x + gate_in * torch.sigmoid(gate), h_last
 
 
 class StackedLRU(nn.Module):
