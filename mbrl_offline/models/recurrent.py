@@ -21,7 +21,9 @@ Deviations from the official code, each with its reason:
 
 * the official code scans with ``jax.lax.associative_scan`` (a work-efficient Blelloch scan); here a
   Hillis-Steele scan (more multiplications, same depth, no private torch API, no compilation) gives the
-  same values up to float rounding;
+  same values up to float rounding, and its backward is written out (`lru_scan`);
+* the LRU's B and C maps and the GLU's two output maps run as one real product each (`LRU.forward`,
+  `SequenceLayer.forward`): the same sums in another order;
 * at initialisation the uniform draws u behind ``nu_log`` and ``theta_log`` are kept at or above the
   smallest positive float32: with u = 0 the official code gives ``theta_log = log 0 = -inf`` (and, with
   r_min = 0, ``nu_log = +inf``), a non-finite parameter (probability about 2^-24 per entry);
@@ -339,5 +341,6 @@ class EnsembleHeads(nn.Module):
 
     def forward(self, x: "torch.Tensor | list[torch.Tensor]", members: Optional[torch.Tensor] = None) -> torch.Tensor:
         for linear, norm in zip(self.linears, self.norms):
-            x = F.leaky_relu(norm(linear(x, members), members), 0.01)
+            # in place: the LayerNorm's affine output is saved by nothing (10 heads x 2047 rows x 256 is 21 MB)
+            x = F.leaky_relu(norm(linear(x, members), members), 0.01, inplace=True)
         return self.out(x, members)
