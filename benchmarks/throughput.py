@@ -6,7 +6,7 @@
 Prints, each with the matmul FLOPs it does (counted by torch's flop counter on one real call) and the
 fraction of this machine's fp32 matmul peak (timed in this process before and after: 1024^3 matmuls on
 the CPU, 8192^3 on a GPU, which 1024^3 does not fill; full fp32, as training runs, not TF32). The peak
-is what torch's own matmul reaches, as in ../shared/research/peer_speed.md. On AMD CPUs with AVX-512
+is what torch's own matmul reaches. On AMD CPUs with AVX-512
 that is MKL's AVX2 code, about half of what the CPU can do: the script also prints the same product
 through oneDNN, which uses AVX-512 there, and whether ``MBRL_OFFLINE_MKL_AVX512=1`` (`mbrl_offline.
 mkl_avx512`) let MKL run its AVX-512 code in this process, in which case the peak is that code's.
@@ -18,17 +18,16 @@ mkl_avx512`) let MKL run its AVX-512 code in this process, in which case the pea
   buffer, as they train without a generator (TD3+BC's FLOPs: the mean of a critic-only and a full step);
 * dynamics-training samples/s: `GaussianEnsembleDynamics.fit` epochs on 100k rows (7 members, 4x200,
   batch 256), end to end (holdout evaluation and set-up included), and its training batches alone
-  (the epoch log's ``samples_per_s``), which is how the official code's figure was measured;
+  (the epoch log's ``samples_per_s``), the loop that `vs_official.py` times on both sides;
 * rollout transitions/s: `BranchedRollouts.rollout` with 50,000 starts x 5 steps (no early
   termination: the worst case), buffer insert included;
 * UP-MPC rollout transitions/s (COPlanner's defaults: K = 5 candidates, H_p = 5 planning steps,
   every member evaluated per planning step, MOPO's penalty) from 5,000 starts x 5 steps, and the
   model rows it evaluates per second (26 per stored transition).
 
-The official RAVL code measured on a 2-core AMD EPYC (Zen 5; ../shared/research/peer_speed.md):
-10.9 updates/s, 10,200 dynamics samples/s, 26,100 rollout transitions/s; the "vs RAVL code" column
-divides by these. They hold for that CPU only: `vs_official.py` measures the official code and ours
-on the machine at hand, in the same minutes.
+No peer's figures are kept here: a comparison with another code is made side by side, on the machine
+at hand and in the same minutes, by `vs_official.py` (the official RAVL code) and the other
+``vs_*.py`` scripts.
 """
 from __future__ import annotations
 
@@ -56,8 +55,6 @@ from mbrl_offline.data.termination import never
 from mbrl_offline.utils import keep_freed_memory
 
 OBS, ACT = 11, 3
-# where the official figures (../shared/research/peer_speed.md) were measured
-REFERENCE_CPU = "the official code's figures measured on a 2-core AMD EPYC, family 26 (Zen 5), 177-186 GFLOP/s peak"
 
 
 def matmul_peak(device: torch.device, readings: int = 5, product=torch.matmul) -> list[float]:
@@ -220,7 +217,7 @@ def bench_dynamics(device, repeats: int, rows: int = 100_000, epochs: int = 2, c
     flops_per_batch = count_flops(lambda: model.loss(x.expand(config.ensemble_size, -1, -1), y).backward())
     n_train = rows - int(round(rows * config.holdout_ratio))
     trained = epochs * (n_train // config.batch_size) * config.batch_size
-    batch_loop = []  # samples/s of the training batches alone, as the official code was measured
+    batch_loop = []  # samples/s of the training batches alone (the epoch log's samples_per_s)
 
     def fit():
         log = GaussianEnsembleDynamics(OBS, ACT, config).fit(dataset, device, progress=False, cuda_graph=cuda_graph)
@@ -317,31 +314,25 @@ def main() -> None:
             print(f"  the same product through oneDNN: {onednn:.0f} GFLOP/s (best of 5 readings)")
         print(f"  MKL's AVX-512 code on AMD CPUs ({mkl_avx512.ENV_VAR}): {mkl_avx512.status()}")
     rows = [
-        ("RAVL updates/s", updates, update_flops, "GFLOP/update", 1e9, 10.9),
-        *([("  without CUDA graph", eager_updates, update_flops, "GFLOP/update", 1e9, None)]
+        ("RAVL updates/s", updates, update_flops, "GFLOP/update", 1e9),
+        *([("  without CUDA graph", eager_updates, update_flops, "GFLOP/update", 1e9)]
           if device.type == "cuda" else []),
-        ("TD3+BC updates/s", td3bc, td3bc_flops, "GFLOP/update", 1e9, None),
-        ("IQL updates/s", iql, iql_flops, "GFLOP/update", 1e9, None),
-        ("dynamics samples/s", samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
-        ("  batch loop alone", batch_samples, sample_flops, "MFLOP/sample", 1e6, 10_200),
-        *([("  without CUDA graph", eager_batch_samples, sample_flops, "MFLOP/sample", 1e6, None)]
+        ("TD3+BC updates/s", td3bc, td3bc_flops, "GFLOP/update", 1e9),
+        ("IQL updates/s", iql, iql_flops, "GFLOP/update", 1e9),
+        ("dynamics samples/s", samples, sample_flops, "MFLOP/sample", 1e6),
+        ("  batch loop alone", batch_samples, sample_flops, "MFLOP/sample", 1e6),
+        *([("  without CUDA graph", eager_batch_samples, sample_flops, "MFLOP/sample", 1e6)]
           if device.type == "cuda" else []),
-        ("rollout transitions/s", transitions, transition_flops, "MFLOP/transition", 1e6, 26_100),
-        ("UP-MPC transitions/s", planned, planned_flops, "MFLOP/transition", 1e6, None),
+        ("rollout transitions/s", transitions, transition_flops, "MFLOP/transition", 1e6),
+        ("UP-MPC transitions/s", planned, planned_flops, "MFLOP/transition", 1e6),
     ]
-    # The official code's figures were measured on the 2-core CPU: a ratio to them means nothing on a GPU.
-    on_cpu = device.type == "cpu"
-    print(f"{'measure':<24}{'rate':>12}{'matmul work':>24}{'GFLOP/s':>10}{'of peak':>9}"
-          f"{'vs RAVL code' if on_cpu else '':>14}")
-    for label, rate, flops, unit, scale, official in rows:
+    print(f"{'measure':<24}{'rate':>12}{'matmul work':>24}{'GFLOP/s':>10}{'of peak':>9}")
+    for label, rate, flops, unit, scale in rows:
         achieved = rate * flops / 1e9
-        versus = f"{rate / official:>13.1f}x" if official and on_cpu else f"{'-' if on_cpu else '':>14}"
         print(f"{label:<24}{rate:>12,.1f}{flops / scale:>11.3f} {unit:<12}{achieved:>10.1f}"
-              f"{achieved / peak_gflops:>9.0%}{versus}")
+              f"{achieved / peak_gflops:>9.0%}")
     print(f"UP-MPC evaluates {model_rows} ensemble rows per stored transition: {planned * model_rows:,.0f} rows/s")
-    if on_cpu:
-        print(f"vs RAVL code: against {REFERENCE_CPU}; on another CPU, or to compare in the same minutes, "
-              "run benchmarks/vs_official.py")
+    print("To compare with the official RAVL code, run benchmarks/vs_official.py: both codes, side by side.")
 
 
 if __name__ == "__main__":

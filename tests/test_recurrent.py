@@ -58,6 +58,28 @@ def test_scan_matches_loop_in_values_and_gradients(steps, pattern):
         torch.testing.assert_close(grad, grad_ref, rtol=1e-4, atol=1e-4, msg=lambda m: f"{name}: {m}")
 
 
+@pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
+@pytest.mark.parametrize("pattern", ["none", "row 0", "consecutive", "random"])
+def test_scan_backward_matches_autograd_of_the_loop(batch, pattern):
+    """`lru_scan`'s written-out backward (`_LRUScan`) against autograd through the sequential loop, in
+    every input: lambda, bx and the carried state h0 (given per row, and shared by every row)."""
+    torch.manual_seed(len(batch) + len(pattern))
+    steps, hidden = 37, 5
+    lam = torch.polar(torch.rand(hidden) * 0.5 + 0.49, torch.rand(hidden) * 6.28).requires_grad_()
+    bx = torch.randn(*batch, steps, hidden, dtype=torch.complex64, requires_grad=True)
+    starts = start_pattern(pattern, steps, batch=max(2, math.prod(batch)))[:math.prod(batch)].reshape(*batch, steps)
+    for h0_shape in [(*batch, hidden), (hidden,)]:
+        h0 = torch.randn(h0_shape, dtype=torch.complex64, requires_grad=True)
+        weights = torch.randn(*batch, steps, hidden, dtype=torch.complex64)
+        grads = {}
+        for name, scan in [("scan", lru_scan), ("loop", lru_scan_reference)]:
+            h = scan(lam, bx, starts, h0)
+            loss = (h * weights).real.sum() + h.abs().sum()
+            grads[name] = (h, *torch.autograd.grad(loss, [lam, bx, h0]))
+        for label, got, want in zip(["h", "lambda", "bx", "h0"], grads["scan"], grads["loop"]):
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{label} {h0_shape}: {m}")
+
+
 def test_scan_states_by_hand():
     """Three steps worked out by hand: h0 carried into row 0, dropped (not decayed) at a start."""
     lam = torch.tensor([0.5 + 0.5j])
@@ -240,3 +262,22 @@ def test_ensemble_heads_per_member_and_selected_members():
     torch.testing.assert_close(out, torch.stack([member(i) for i in range(4)]), rtol=1e-5, atol=1e-6)
     chosen = torch.tensor([3, 1])
     torch.testing.assert_close(heads(x, chosen), out[chosen])
+
+
+def test_heads_on_input_parts_equal_the_heads_on_their_concatenation():
+    """[h, a] as two parts (NEUBAY's critic) gives the heads' values and every gradient of the concatenated
+    input, for all heads and for a subset; parts that do not add up to the input width are refused."""
+    torch.manual_seed(0)
+    heads = EnsembleHeads(7, 1, members=4, hidden=16, layers=2, final_scale=0.01)
+    features, actions = torch.randn(9, 5, requires_grad=True), torch.randn(9, 2, requires_grad=True)
+    for members in (None, torch.tensor([3, 1])):
+        whole = heads(torch.cat([features, actions], dim=-1), members)
+        parts = heads([features, actions], members)
+        torch.testing.assert_close(parts, whole)
+        weights = torch.randn_like(whole)
+        inputs = [features, actions, *heads.parameters()]
+        for got, want in zip(torch.autograd.grad((parts * weights).sum(), inputs),
+                             torch.autograd.grad((whole * weights).sum(), inputs)):
+            torch.testing.assert_close(got, want)
+    with pytest.raises(InputError, match="7 wide"):
+        heads([features, actions[:, :1]])

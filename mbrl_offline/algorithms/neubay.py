@@ -220,8 +220,10 @@ class RecurrentCritic(nn.Module):
                                    config.head_layers, final_scale=0.01)
 
     def q(self, features: torch.Tensor, actions: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Q_n(h, a) ``(N, R)`` for features ``(R, d_model)`` and actions ``(R, A)`` (``members``: those heads)."""
-        return self.heads(torch.cat([features, actions], dim=-1), members).squeeze(-1)
+        """Q_n(h, a) ``(N, R)`` for features ``(R, d_model)`` and actions ``(R, A)`` (``members``: those heads).
+        The heads read [h, a] as two parts (`EnsembleHeads`): the actor step's gradient in a then costs
+        no product over h's 256 columns."""
+        return self.heads([features, actions], members).squeeze(-1)
 
 
 def _encoder(input_dim: int, config: NEUBAYConfig) -> RecurrentEncoder:

@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from torch.autograd.function import once_differentiable
 
+from mbrl_offline.errors import InputError
+
 
 _SUBSETS: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
 
@@ -59,9 +61,23 @@ class EnsembleLinear(nn.Module):
         nn.init.uniform_(self.weight, -bound, bound)
         nn.init.uniform_(self.bias, -bound, bound)
 
-    def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """``members`` (indices) evaluates only those members; ``x`` then has ``len(members)`` rows first."""
+    def forward(self, x: "torch.Tensor | list[torch.Tensor]", members: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """``members`` (indices) evaluates only those members; ``x`` then has ``len(members)`` rows first.
+
+        ``x`` may also be a list of shared ``(B, in_i)`` parts whose widths add up to ``in``: the map of
+        their concatenation, as one product per part. Autograd then computes the input gradient of the
+        parts that need one only: NEUBAY's actor step differentiates its critic in the action
+        (3 columns) and not in the history features (256 columns)."""
         weight, bias = member_parameters(self, members)
+        if isinstance(x, (list, tuple)):
+            widths = [part.shape[-1] for part in x]
+            if sum(widths) != self.in_features or any(part.dim() != 2 for part in x):
+                raise InputError(f"EnsembleLinear: the input's parts must be shared (B, width) inputs "
+                                 f"{self.in_features} wide in all, got shapes {[tuple(p.shape) for p in x]}.")
+            out = bias
+            for part, rows in zip(x, weight.split(widths, dim=1)):  # each part's rows of the weight
+                out = torch.baddbmm(out, part.expand(weight.shape[0], *part.shape), rows)
+            return out
         if self.out_features == 1:
             # One output column makes bmm a batched matrix-vector product, which CPU BLAS runs slowly:
             # for (10, 256, 256) inputs 415 us forward, and 518 us for the weight gradient a^T dq,

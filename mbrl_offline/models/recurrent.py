@@ -21,7 +21,9 @@ Deviations from the official code, each with its reason:
 
 * the official code scans with ``jax.lax.associative_scan`` (a work-efficient Blelloch scan); here a
   Hillis-Steele scan (more multiplications, same depth, no private torch API, no compilation) gives the
-  same values up to float rounding;
+  same values up to float rounding, and its backward is written out (`lru_scan`);
+* the LRU's B and C maps and the GLU's two output maps run as one real product each (`LRU.forward`,
+  `SequenceLayer.forward`): the same sums in another order;
 * at initialisation the uniform draws u behind ``nu_log`` and ``theta_log`` are kept at or above the
   smallest positive float32: with u = 0 the official code gives ``theta_log = log 0 = -inf`` (and, with
   r_min = 0, ``nu_log = +inf``), a non-finite parameter (probability about 2^-24 per entry);
@@ -49,35 +51,64 @@ def lru_scan(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torc
 
     ``lam (H,)`` complex, ``bx (..., T, H)`` complex, ``starts (..., T)`` bool, ``h0 (..., H)`` complex.
 
-    As the official code: a scan over the T + 1 elements ``(A_t, b_t, s_t)``, element 0 being the
-    carried state ``(1, h0, False)`` and element t + 1 ``(lambda, bx_t, starts_t)``, with the operator
-    (left element i, right element j)
-
-        (A_i, b_i, s_i) . (A_j, b_j, s_j) = (A_j, b_j, True)                        if s_j,
-                                          = (A_j A_i, A_j b_i + b_j, s_i)            otherwise,
-
-    i.e. a right element that starts an episode replaces everything to its left by the identity
-    (``wrapped_associative_update``). It is associative, so Hillis-Steele's scan applies: in round r
-    every element from 2^r on combines with the element 2^r before it; after ceil(log2(T + 1)) rounds
-    element t + 1 holds the composition of elements 0..t + 1, whose b is h_t. Each round builds new
-    tensors (no in-place writes), so autograd differentiates through it.
+    The official code scans the T + 1 elements ``(A_t, b_t, s_t)`` (element 0 the carried state) with
+    ``jax.lax.associative_scan`` and an operator that lets a right element with ``s_t`` replace
+    everything to its left (``wrapped_associative_update``). Here the carried state is folded into row
+    0 (``b_0 + lambda h0``, unless row 0 starts) and the recurrence ``h_t = lambda keep_t h_{t-1} + b_t``
+    (``keep_t = not starts_t``) runs as Hillis-Steele's scan (`_scan`): the same values up to float
+    rounding, in ceil(log2 T) rounds of elementwise work. Since lambda is the same at every row, a
+    window's coefficient is a power of lambda times a 0/1 column, so no per-row complex coefficient is
+    kept. The backward is written out (`_LRUScan`: the recurrence run backwards); the tests compare it
+    with autograd through `lru_scan_reference`.
     """
-    batch, (steps, hidden) = bx.shape[:-2], bx.shape[-2:]
-    A = torch.cat([torch.ones(*batch, 1, hidden, dtype=bx.dtype, device=bx.device),
-                   lam.to(bx.dtype).expand(*batch, steps, hidden)], dim=-2)  # (..., T + 1, H)
-    b = torch.cat([h0.to(bx.dtype).expand(*batch, hidden).unsqueeze(-2), bx], dim=-2)
-    s = torch.cat([torch.zeros(*batch, 1, dtype=torch.bool, device=bx.device), starts.bool()], dim=-1).unsqueeze(-1)
-    shift = 1
-    while shift < steps + 1:
-        A_left, b_left, s_left = A[..., :-shift, :], b[..., :-shift, :], s[..., :-shift, :]
-        A_right, b_right, s_right = A[..., shift:, :], b[..., shift:, :], s[..., shift:, :]
-        A_combined = torch.where(s_right, A_right, A_right * A_left)
-        b_combined = torch.where(s_right, b_right, A_right * b_left + b_right)
-        A = torch.cat([A[..., :shift, :], A_combined], dim=-2)
-        b = torch.cat([b[..., :shift, :], b_combined], dim=-2)
-        s = torch.cat([s[..., :shift, :], s_left | s_right], dim=-2)
+    dtype = bx.dtype
+    h0 = h0.to(dtype).expand(*bx.shape[:-2], bx.shape[-1])  # a state shared by every row: its gradient sums
+    return _LRUScan.apply(lam.to(dtype), bx, starts.bool(), h0)
+
+
+def _scan(lam: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """``h_t = lambda keep_t h_{t-1} + b_t`` from ``h_{-1} = 0`` along dim -2, without autograd:
+    Hillis-Steele's scan in ceil(log2 T) rounds, each one product and one sum over the rows. After
+    round r, row t holds the sum of its last 2^r terms ``b_j lambda^(t - j)`` (those after a row whose
+    keep is 0 dropped), and the coefficient that carries the rest, ``lambda^(2^r)`` times the product
+    of the window's keeps (``window``, one real column: the powers of lambda need no tensor per row).
+    ``lam (H,)`` complex, ``b (..., T, H)`` complex (not modified), ``keep (..., T, 1)`` real 0/1."""
+    h, window, power = b.clone(), keep.clone(), lam.clone()
+    steps, shift = b.shape[-2], 1
+    while shift < steps:
+        carried = h[..., :-shift, :] * (window[..., shift:, :] * power)  # a new tensor: h's rows are read before written
+        h[..., shift:, :] += carried
+        window[..., shift:, :] *= window[..., :-shift, :].clone()
+        power = power * power
         shift *= 2
-    return b[..., 1:, :]
+    return h
+
+
+class _LRUScan(torch.autograd.Function):
+    """`lru_scan` with its backward written out: the adjoint of a linear recurrence is the same
+    recurrence run backwards, with the conjugate coefficients (torch's convention for complex
+    gradients: the gradient of y = c x in x is conj(c) times y's), so the backward is one more `_scan`
+    and one product and sum for lambda's gradient, instead of autograd's graph of every round."""
+
+    @staticmethod
+    def forward(ctx, lam, bx, starts, h0):
+        keep = (~starts).to(lam.real.dtype).unsqueeze(-1)  # (..., T, 1): 0 where the carried state is dropped
+        b = bx.clone()
+        b[..., 0, :] += lam * h0 * keep[..., 0, :]  # the carried state enters row 0
+        h = _scan(lam, b, keep)
+        ctx.save_for_backward(lam, h0, keep, h)
+        return h
+
+    @staticmethod
+    def backward(ctx, grad_h):
+        lam, h0, keep, h = ctx.saved_tensors
+        # g_t = grad_h_t + conj(lambda) keep_{t+1} g_{t+1}: the forward scan on the reversed rows
+        keep_next = torch.cat([keep[..., 1:, :], torch.zeros_like(keep[..., :1, :])], dim=-2)
+        g = _scan(lam.conj(), grad_h.flip(-2), keep_next.flip(-2)).flip(-2)
+        previous = torch.cat([h0.unsqueeze(-2), h[..., :-1, :]], dim=-2) * keep  # keep_t h_{t-1}
+        grad_lam = (previous.conj() * g).reshape(-1, g.shape[-1]).sum(0) if ctx.needs_input_grad[0] else None
+        grad_h0 = lam.conj() * keep[..., 0, :] * g[..., 0, :] if ctx.needs_input_grad[3] else None
+        return grad_lam, g, None, grad_h0
 
 
 def lru_scan_reference(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> torch.Tensor:
@@ -143,10 +174,14 @@ class LRU(nn.Module):
         """``x (..., T, d_model)``, ``starts (..., T)``, ``h0 (..., d_hidden)`` complex -> outputs
         ``(..., T, d_model)`` and the last state ``(..., d_hidden)``."""
         gamma = torch.exp(self.gamma_log).unsqueeze(-1)
-        # B_norm x as two real products: (B_re + i B_im) gamma x
-        bx = torch.complex(x @ (self.B_re * gamma).t(), x @ (self.B_im * gamma).t())
+        # B_norm x as one real product whose output columns alternate real and imaginary parts (the
+        # layout of a complex tensor), read as complex without a copy: (B_re + i B_im) gamma x
+        b_interleaved = torch.stack([self.B_re * gamma, self.B_im * gamma], dim=1).reshape(2 * self.d_hidden, -1)
+        bx = torch.view_as_complex((x @ b_interleaved.t()).unflatten(-1, (self.d_hidden, 2)))
         h = lru_scan(self.eigenvalues(), bx, starts, h0)
-        y = h.real @ self.C_re.t() - h.imag @ self.C_im.t() + self.D * x  # Re(C h) + D x
+        # Re(C h) = C_re h_re - C_im h_im, likewise one product on h's real and imaginary parts as stored
+        c_interleaved = torch.stack([self.C_re, -self.C_im], dim=-1).reshape(self.d_model, 2 * self.d_hidden)
+        y = torch.view_as_real(h).flatten(-2) @ c_interleaved.t() + self.D * x  # Re(C h) + D x
         return y, h[..., -1, :]
 
 
@@ -165,7 +200,10 @@ class SequenceLayer(nn.Module):
     def forward(self, x: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         y, h_last = self.lru(self.norm(x), starts, h0)
         g = F.gelu(y, approximate="tanh")
-        return x + self.out1(g) * torch.sigmoid(self.out2(g)), h_last
+        # out1(g) and out2(g) as one product with the two maps side by side
+        weight = torch.cat([self.out1.weight, self.out2.weight])
+        gate_in, gate = F.linear(g, weight, torch.cat([self.out1.bias, self.out2.bias])).chunk(2, dim=-1)
+        return x + gate_in * torch.sigmoid(gate), h_last
 
 
 class StackedLRU(nn.Module):
@@ -278,8 +316,9 @@ class EnsembleHeads(nn.Module):
 
     Every layer starts as Equinox's Linear, U(+-1/sqrt(fan_in)) weights and biases; with ``final_scale``
     the output layer is U(+-sqrt(final_scale / fan_in)) with zero biases (official ``final_linear``).
-    ``forward(x (R, in) shared | (N, R, in), members=None) -> (N, R, out_dim)``; ``members`` (indices)
-    evaluates only those heads.
+    ``forward(x (R, in) shared | (N, R, in) | [shared (R, in_i) parts], members=None) -> (N, R, out_dim)``;
+    ``members`` (indices) evaluates only those heads; parts are the columns of one input, kept apart so
+    that autograd differentiates only in the parts that need it (`EnsembleLinear`).
     """
 
     def __init__(self, in_dim: int, out_dim: int, members: int, hidden: int = 256, layers: int = 2,
@@ -300,7 +339,8 @@ class EnsembleHeads(nn.Module):
                 self.out.weight.uniform_(-bound, bound)
                 self.out.bias.zero_()
 
-    def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, x: "torch.Tensor | list[torch.Tensor]", members: Optional[torch.Tensor] = None) -> torch.Tensor:
         for linear, norm in zip(self.linears, self.norms):
-            x = F.leaky_relu(norm(linear(x, members), members), 0.01)
+            # in place: the LayerNorm's affine output is saved by nothing (10 heads x 2047 rows x 256 is 21 MB)
+            x = F.leaky_relu(norm(linear(x, members), members), 0.01, inplace=True)
         return self.out(x, members)
