@@ -60,7 +60,7 @@ from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
 from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.torch_files import save_plain
-from mbrl_offline.utils import atomic_path, progress_bar
+from mbrl_offline.utils import missing_folders, atomic_write_bytes, progress_bar
 
 
 RUN_FILES = ("run.json", "metrics.jsonl", "checkpoint.pt", "tensorboard")  # what a run writes in its run_dir
@@ -154,6 +154,7 @@ class Trainer:
         if hasattr(agent, "set_total_updates"):  # schedules over the run's updates (NEUBAY's cosine rates)
             agent.set_total_updates(config.epochs * config.updates_per_epoch)
         self.history: list[dict] = []  # evaluation results, one per evaluated epoch
+        self._checkpoints_written = 0  # by train(), in this process
 
     # ----------------------------------------------------------------------------------- loop
     def train(self, resume: bool = False, overwrite: bool = False) -> dict:
@@ -166,10 +167,27 @@ class Trainer:
             self.load_checkpoint(self.checkpoint_path)
         elif overwrite:
             self._delete_earlier_run()
-        self._write_run_info()
-        logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None,
-                           resume_step=self.epoch * cfg.updates_per_epoch if resume else None,
-                           tensorboard=cfg.tensorboard)
+        made_folders = missing_folders(self.run_dir)
+        earlier = set(earlier_run_files(self.run_dir))  # this run's own files are the others of RUN_FILES
+        checkpoints_before = self._checkpoints_written
+        logger = None
+        try:
+            self._write_run_info()
+            logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None,
+                               resume_step=self.epoch * cfg.updates_per_epoch if resume else None,
+                               tensorboard=cfg.tensorboard)
+            summary = self._train_loop(logger)
+            logger.close()
+            return summary
+        except BaseException:
+            if logger is not None:
+                logger.close(quiet=True)
+            if self._checkpoints_written == checkpoints_before:  # nothing to resume from: leave no run behind
+                self._remove_own_files(earlier, made_folders)
+            raise
+
+    def _train_loop(self, logger: RunLogger) -> dict:
+        cfg = self.config
         bar = progress_bar(total=cfg.epochs * cfg.updates_per_epoch, initial=self.epoch * cfg.updates_per_epoch,
                            desc=f"{self.agent.name} {self.env.name}", unit="upd", disable=not cfg.progress)
         try:
@@ -190,14 +208,38 @@ class Trainer:
                 logger.log(self.epoch, self.epoch * cfg.updates_per_epoch, record)
                 if self.epoch % cfg.checkpoint_every == 0 or last:
                     self.save_checkpoint(self.checkpoint_path)
+                    self._checkpoints_written += 1
                 if "eval" in record:
                     for callback in self.callbacks:
                         if hasattr(callback, "on_eval"):
                             callback.on_eval(self, self.epoch, self.history[-1])
         finally:
             bar.close()
-            logger.close()
         return self.summary()
+
+    def _remove_own_files(self, earlier: set, made_folders: list[Path]) -> None:
+        """After a run that failed before its first checkpoint: remove the run files (`RUN_FILES`) that
+        this run made (not those in ``earlier``, which an earlier run wrote) and the folders it made
+        (``made_folders``, innermost first) where they are empty, so that the same command can be run
+        again without resume or overwrite."""
+        import shutil
+
+        for name in RUN_FILES:
+            path = self.run_dir / name
+            if name in earlier or not (path.exists() or path.is_symlink()):
+                continue
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            except OSError:  # the error being raised says what went wrong; this cleanup is best effort
+                pass
+        for folder in made_folders:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
     def _delete_earlier_run(self) -> None:
         """Remove the earlier run's files (`RUN_FILES`) from the run folder, and nothing else."""
@@ -213,8 +255,7 @@ class Trainer:
     def _write_run_info(self) -> None:
         """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and
         whether MKL ran its AVX-512 code on an AMD CPU (`mkl_avx512`), which changes the rounding."""
-        with atomic_path(self.run_dir / "run.json") as tmp:
-            tmp.write_text(json.dumps({
+        atomic_write_bytes(self.run_dir / "run.json", json.dumps({
                 "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
                 "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
                 "trainer": asdict(self.config), "agent": asdict(self.agent.config),

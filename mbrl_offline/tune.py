@@ -439,11 +439,11 @@ def _check_same_study(study, config: SweepConfig) -> None:
 
 def _write_sweep_file(sweep_dir: Path, location: str, config: SweepConfig) -> None:
     """``sweep.json``: where the study lives, for `report`."""
-    from mbrl_offline.utils import atomic_path
+    from mbrl_offline.utils import atomic_write_bytes
 
-    with atomic_path(sweep_dir / "sweep.json") as tmp:
-        tmp.write_text(json.dumps({"study_name": config.study_name, "storage": location,
-                                   "config": dataclasses.asdict(config)}, indent=2, default=list))
+    atomic_write_bytes(sweep_dir / "sweep.json", json.dumps({"study_name": config.study_name, "storage": location,
+                                                             "config": dataclasses.asdict(config)}, indent=2,
+                                                            default=list))
 
 
 class _sigterm_as_interrupt:
