@@ -50,7 +50,8 @@ import torch
 from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import Mixing, MixingConfig, SequenceBuffer, TransitionBuffer
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
-from mbrl_offline.checkpoint import numpy_rng_state, python_rng_state, set_numpy_rng_state, set_python_rng_state
+from mbrl_offline.checkpoint import (numpy_rng_state, python_rng_state, saved_settings, set_numpy_rng_state,
+                                     set_python_rng_state)
 from mbrl_offline.config import require_in_range, require_nonnegative, require_positive
 from mbrl_offline.data.dataset import require_dataset
 from mbrl_offline.data.envs import get_env_info
@@ -116,6 +117,7 @@ class Trainer:
     def __init__(self, agent: Agent, dataset, config: TrainerConfig = TrainerConfig(),
                  generator: Optional[Generator] = None, callbacks: Optional[list] = None):
         check_trainer_parts(agent, dataset, config, generator)
+        check_settings(agent, agent.config, generator.config if generator is not None else None)
         if dataset.env_name is None:
             raise DatasetError("the dataset names no env, so the policy cannot be evaluated; "
                                   "load it with an env (e.g. load_dataset(path, env='hopper')).")
@@ -137,17 +139,7 @@ class Trainer:
             buffer_cls = SequenceBuffer if generator.produces == "sequences" else TransitionBuffer
             self.synthetic = buffer_cls(generator.buffer_capacity, dataset.obs_dim, dataset.act_dim, self.device,
                                         extra_fields=generator.extra_fields)
-            mixing = generator.config.mixing
-        elif self.consumes == "sequences":  # tapes of the dataset alone: every row real, a plain masked mean
-            mixing = MixingConfig(rule="tape", kappa=1.0)
-        else:
-            mixing = MixingConfig(rule="fraction", real_ratio=1.0)
-        if (mixing.rule == "tape") != (self.consumes == "sequences"):
-            raise ConfigError(f"{agent.name} learns from {self.consumes}, and mixing.rule={mixing.rule} "
-                              + ("draws rows, not tapes; set generator.mixing.rule=tape." if self.consumes == "sequences"
-                                 else "draws tapes of episodes; choose another mixing rule (e.g. fraction)."))
-        self.mixing = Mixing(mixing)
-        self.mixing.real_rows(agent.config.batch_size)  # a rule that cannot fill the agent's batch fails here
+        self.mixing = Mixing(run_mixing(self.consumes, generator.config if generator is not None else None))
         self.rng = torch.Generator(device=self.device).manual_seed(config.seed)
         self.epoch = 0
         self.next_generation: Optional[int] = 0 if generator is not None else None  # update before which it runs
@@ -354,14 +346,15 @@ class Trainer:
         if state["dataset"]["fingerprint"] != self.dataset.fingerprint():
             raise CheckpointError(f"{path} was trained on different data ({state['dataset']['source']}); "
                                   f"resume with the same dataset or choose another run_dir.")
-        saved_config, config = _with_defaults(type(self.agent.config), state["agent"]["config"]), asdict(self.agent.config)
+        saved_config = asdict(saved_settings(type(self.agent.config), state["agent"]["config"], path, "algo"))
+        config = asdict(self.agent.config)
         if saved_config != config:
             changed = sorted(k for k in saved_config if saved_config[k] != config.get(k))
             raise CheckpointError(f"{path} was trained with other algorithm settings ({', '.join(changed)}); "
                                   f"resume with the same settings or choose another run_dir.")
         saved_generator, generator = state["generator_config"], self._generator_settings()
-        if saved_generator and generator:
-            saved_generator = _with_defaults(type(self.generator.config), saved_generator)
+        if saved_generator and generator and saved_generator.get("kind") == generator.get("kind"):
+            saved_generator = asdict(saved_settings(type(self.generator.config), saved_generator, path, "generator"))
         if saved_generator != generator:
             changed = (sorted(k for k in saved_generator if saved_generator[k] != generator.get(k))
                        if saved_generator and generator else ["generator"])
@@ -406,16 +399,37 @@ def _next_generation_by_every(every: int, step: int) -> Optional[int]:
     return 0 if step == 0 else None
 
 
-def _with_defaults(config_class, saved: dict) -> dict:
-    """Saved settings with those added to ``config_class`` since they were saved at their defaults (a
-    run saved before a setting existed ran as its default says), as a dict to compare; settings that
-    no longer exist make it differ."""
-    from mbrl_offline.config import config_to_dataclass
+def run_mixing(consumes: str, generator_config=None) -> MixingConfig:
+    """The mixing rule of a run: the generator's (``generator_config.mixing``); without a generator (None
+    or ``kind='none'``) every row is real: tapes of the dataset (``kappa`` 1) for an agent of sequences,
+    else rows (``real_ratio`` 1)."""
+    if generator_config is not None and getattr(generator_config, "mixing", None) is not None:
+        return generator_config.mixing
+    if consumes == "sequences":  # tapes of the dataset alone: every row real, a plain masked mean
+        return MixingConfig(rule="tape", kappa=1.0)
+    return MixingConfig(rule="fraction", real_ratio=1.0)
 
-    try:
-        return asdict(config_to_dataclass(config_class, saved, "saved"))
-    except (ConfigError, TypeError, ValueError):
-        return saved
+
+def check_settings(agent, algo_config, generator_config=None) -> None:
+    """Every check that the settings alone decide, of an agent (its class or an instance: ``name``,
+    ``consumes``), its settings and a generator's settings (None: no generator), each refused in one
+    `ConfigError` line. `mbrl_offline.build_run` and the command line (``resolve_train_config``, through
+    `mbrl_offline.compose.check_pair`) call it before any data is loaded, any model fitted or any file
+    written; `Trainer` calls it again for parts built by hand. Checked: that the mixing rule draws what
+    the agent learns from (tapes for an agent of sequences, rows otherwise), that it can fill the agent's
+    batch (``mixing.real_rows`` at most ``algo.batch_size``), and the generator config's own checks of the
+    agent (its ``check_agent(agent, algo_config)``, e.g. the posterior's parallel rollouts per elite)."""
+    consumes = getattr(agent, "consumes", "transitions")
+    name = getattr(agent, "name", type_name(agent))
+    mixing = run_mixing(consumes, generator_config)
+    if (mixing.rule == "tape") != (consumes == "sequences"):
+        raise ConfigError(f"{name} learns from {consumes}, and mixing.rule={mixing.rule} "
+                          + ("draws rows, not tapes; set generator.mixing.rule=tape." if consumes == "sequences"
+                             else "draws tapes of episodes; choose another mixing rule (e.g. fraction)."))
+    Mixing(mixing).real_rows(algo_config.batch_size)  # a rule that cannot fill the agent's batch fails here
+    check_agent = getattr(generator_config, "check_agent", None)
+    if check_agent is not None:
+        check_agent(agent, algo_config)
 
 
 def check_trainer_parts(agent, dataset, config, generator) -> None:
@@ -432,6 +446,12 @@ def check_trainer_parts(agent, dataset, config, generator) -> None:
     if generator is not None and not isinstance(generator, Generator):
         raise InputTypeError(f"Trainer's generator must be a generator (mbrl_offline.roles.Generator) or None, got "
                              f"{type_name(generator)}; build one with mbrl_offline.generators.build_generator.")
+    dims = (getattr(agent, "obs_dim", dataset.obs_dim), getattr(agent, "act_dim", dataset.act_dim))
+    if dims != (dataset.obs_dim, dataset.act_dim):
+        raise ConfigError(f"the {agent.name} agent was built for observations of {dims[0]} and actions of {dims[1]} "
+                          f"numbers, but the dataset ({dataset.source}, env {dataset.env_name}) has {dataset.obs_dim} "
+                          f"and {dataset.act_dim}: the agent is for another env. Build it for this dataset, e.g. "
+                          f"{type(agent).__name__}.for_dataset(dataset), or use build_run('{agent.name}', dataset).")
     consumes = getattr(agent, "consumes", "transitions")
     if generator is not None and generator.produces != consumes:
         raise ConfigError(f"the generator produces {generator.produces}, but {agent.name} learns from {consumes}; "
