@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
 SMALL_DYNAMICS = DynamicsConfig(ensemble_size=2, num_elites=2, hidden_size=8, batch_size=32,
                                 max_epochs=1)
+POSTERIOR_DYNAMICS = replace(SMALL_DYNAMICS, record_uncertainty=True)  # as the posterior needs
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +48,13 @@ SETTINGS_MISTAKES = {
         ["algo=ravl", "generator.mixing.rule=counts", "generator.mixing.real_rows=100000"],
         "mixing.real_rows = 100000 is more than the batch of 256"),
     "posterior rollouts not a multiple of the elites": (
-        "neubay", PosteriorGeneratorConfig(dynamics=SMALL_DYNAMICS, posterior=PosteriorConfig(parallel=7)),
+        "neubay", PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS, posterior=PosteriorConfig(parallel=7)),
         ["algo=neubay", "generator.posterior.parallel=7"], r"posterior.parallel \(7\) must be a multiple"),
+    "a posterior ensemble that records no uncertainty": (
+        "neubay", PosteriorGeneratorConfig(dynamics=replace(POSTERIOR_DYNAMICS, record_uncertainty=False)),
+        ["algo=neubay", "generator.dynamics.record_uncertainty=false"], "needs generator.dynamics.record_uncertainty=true"),
     "deterministic posterior actions for NEUBAY": (
-        "neubay", PosteriorGeneratorConfig(dynamics=SMALL_DYNAMICS,
+        "neubay", PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS,
                                            posterior=PosteriorConfig(parallel=4, deterministic_actions=True)),
         ["algo=neubay", "generator.posterior.deterministic_actions=true"], "posterior.deterministic_actions=true needs"),
 }
@@ -101,14 +105,16 @@ def test_a_run_folder_under_proc_is_refused_before_any_work(tmp_path):
 
 
 def test_a_journal_storage_below_a_regular_file_is_one_line(tmp_path):
-    from mbrl_offline.tune import check_storage, open_storage
+    import mbrl_offline.tune as tune
 
+    open_storage = tune.open_storage
+    check_storage = getattr(tune, "check_storage", None)
     (tmp_path / "file").write_text("")
     storage = str(tmp_path / "file" / "study.journal")
-    with pytest.raises(ConfigError, match=f"the folder of sweep.storage={tmp_path / 'file'} is a file"):
-        check_storage(storage)
     with pytest.raises(ConfigError, match="is a file"):
         open_storage(storage, 60, lambda *args: None)
+    with pytest.raises(ConfigError, match=f"the folder of sweep.storage={tmp_path / 'file'} is a file"):
+        check_storage(storage)
 
 
 @pytest.fixture(scope="module")

@@ -130,9 +130,12 @@ class PosteriorGeneratorConfig:
 
     def check_agent(self, agent, algo_config) -> None:
         """The checks of these settings with the agent's (`mbrl_offline.trainer.check_settings`), made before
-        the ensemble is fitted: ``posterior.parallel`` a multiple of ``dynamics.num_elites`` (each elite
+        the ensemble is fitted: ``dynamics.record_uncertainty`` set (the truncation needs it), ``posterior.parallel`` a multiple of ``dynamics.num_elites`` (each elite
         drives parallel / elites rollouts), and ``posterior.deterministic_actions`` only for an agent whose
         policy can give its mode (``deterministic_sampling``: its ``sample()`` takes ``deterministic=``)."""
+        if not self.dynamics.record_uncertainty:
+            raise ConfigError("the posterior truncates rollouts by the model's data uncertainty, so it needs "
+                              "generator.dynamics.record_uncertainty=true (the 'neubay' recipe sets it).")
         elites = self.dynamics.num_elites
         if self.posterior.parallel % elites:
             raise ConfigError(f"posterior.parallel ({self.posterior.parallel}) must be a multiple of the model's "
