@@ -126,3 +126,25 @@ def test_each_kind_of_write_on_a_full_disk_is_one_error_and_keeps_the_old_file(t
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["refused"] * 4
     assert files == ["./checkpoint.pt", "./metrics.jsonl"]
+
+
+MINARI = """
+import sys
+from mbrl_offline import load_dataset
+from mbrl_offline.data.minari_io import write_minari
+from mbrl_offline.errors import DatasetError
+try:
+    write_minari(load_dataset("pendulum-medium").subset(range(2000)), "mbrl/pendulum/full-v0", root=sys.argv[1])
+except DatasetError as exc:
+    print(exc)
+"""
+
+
+def test_a_minari_dataset_written_to_a_full_disk_is_one_error_and_leaves_nothing(tmp_path):
+    """Minari's own HDF5 writes crashed the interpreter on a full disk; it now builds the dataset in memory."""
+    result, files = on_small_disk(tmp_path, ["-c", MINARI, str(tmp_path / "disk")])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (f"cannot write Minari dataset 'mbrl/pendulum/full-v0' in {tmp_path / 'disk'}: No "
+                                     f"space left on device; nothing was written. Check the free disk space, or "
+                                     f"choose another folder.")
+    assert files == []
