@@ -156,3 +156,43 @@ def test_a_checkpoint_of_another_version_names_the_file(checkpoint, tmp_path):
         assert message.startswith(f"{newer} was written by another version of mbrl_offline") and \
             "algo.actor_dropout" in message and "\n" not in message, message
     assert np.isfinite(load_policy(path)[0].act(np.zeros(3, np.float32), True)).all()  # the intact one still loads
+
+
+def test_a_run_that_fails_before_its_first_checkpoint_leaves_only_what_was_there(data, tmp_path, monkeypatch):
+    """The trainer owns the run folder: what it made before the failure goes (run.json, metrics.jsonl,
+    tensorboard/ and the folders), another file in the folder stays; after a checkpoint all is kept to resume."""
+    def make(run_dir, **settings):
+        return Trainer(TD3BC.for_dataset(data, TD3BCConfig(hidden_size=8)), data,
+                       trainer_config(run_dir, tensorboard=True, **settings))
+
+    def fails(*args, **kwargs):
+        raise RuntimeError("a bug in epoch 1")
+
+    trainer = make(tmp_path / "new" / "run")
+    monkeypatch.setattr(trainer.agent, "update", fails)
+    with pytest.raises(RuntimeError, match="a bug in epoch 1"):
+        trainer.train()
+    assert not (tmp_path / "new").exists()
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("mine")
+    trainer = make(tmp_path / "mine")
+    monkeypatch.setattr(trainer.agent, "update", fails)
+    with pytest.raises(RuntimeError):
+        trainer.train()
+    assert [p.name for p in (tmp_path / "mine").iterdir()] == ["notes.txt"]
+
+    trainer = make(tmp_path / "later", epochs=2)
+    real_update, calls = trainer.agent.update, []
+
+    def fails_in_epoch_2(batch):
+        calls.append(1)
+        if len(calls) > 2:
+            fails()
+        return real_update(batch)
+
+    monkeypatch.setattr(trainer.agent, "update", fails_in_epoch_2)
+    with pytest.raises(RuntimeError):
+        trainer.train()
+    assert sorted(p.name for p in (tmp_path / "later").iterdir()) == ["checkpoint.pt", "metrics.jsonl", "run.json",
+                                                                      "tensorboard"]
