@@ -91,6 +91,9 @@ def atomic_path(path: str | os.PathLike, error: type | None = None) -> Iterator[
         reason = write_failure_reason(exc, path.parent if path.parent.exists() else None)
         if reason is None:
             raise
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):  # a file where a folder must be
+            blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+            reason = f"{blocking} is a file, not a folder" if blocking is not None else reason
         kept = " (the previous file is kept)" if existed else ""
         failure = error(f"cannot write {path}: {reason}; nothing was written{kept}. Check the free disk space and "
                         f"the folder's permissions, or choose another location.")
