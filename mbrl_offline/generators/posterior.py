@@ -440,11 +440,11 @@ class PosteriorGenerator:
         ``dataset`` with ``config.dynamics`` the first time), and the dataset's histories cut at the
         env's horizon."""
         env = get_env_info(dataset.env_name)
+        histories = Histories(dataset, env_horizon(env), device)  # an env without a horizon fails before the fit
         if model_path is not None:
             dynamics = GaussianEnsembleDynamics.load(model_path, map_location=device)
         else:
             dynamics, _ = load_or_fit_dynamics(dataset, config.dynamics, cache_dir, device, progress)
-        histories = Histories(dataset, env_horizon(env), device)
         return cls(dynamics.to(torch.device(device)), env.termination_fn, histories, config)
 
     def generate(self, policy: Policy, real: Optional[dict[str, torch.Tensor]] = None,
