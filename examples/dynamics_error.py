@@ -194,11 +194,12 @@ def plot_errors(results: dict, path, title: str = "") -> Path:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    from mbrl_offline.utils import save_figure
+
+    try:
+        return save_figure(fig, Path(path))
+    finally:
+        plt.close(fig)
 
 
 # ------------------------------------------------------------------------------------------- the tool

@@ -15,7 +15,7 @@ from pathlib import Path
 from mbrl_offline.cli import build_trainer, cli_main, compose, parse_command_line, print_config, resolve_train_config
 from mbrl_offline.config import check_writable_dir, config_to_dataclass
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.tune import SweepConfig, extreme_values, override, run_sweep, summarize_study
+from mbrl_offline.tune import SweepConfig, check_storage, extreme_values, override, run_sweep, summarize_study
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 
@@ -31,6 +31,7 @@ def main(argv: list[str]) -> None:
         raise ConfigError(f"that search space is written for {sweep.for_algo}, not {cfg.algo.name}; "
                           f"use sweep={cfg.algo.name} or algo={sweep.for_algo}.")
     check_writable_dir(sweep.dir, "sweep.dir")
+    check_storage(sweep.storage)
     # the training overrides every trial shares: the command line without the sweep's own settings
     # (nor resume/overwrite: each trial's folder decides those)
     train_overrides = [a for a in argv if not a.lstrip("+~").startswith(("sweep.", "sweep=", "resume=", "overwrite="))]

@@ -630,8 +630,9 @@ def plot_results(results: dict, path, title: str = "") -> Path:
     if title:
         fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    from mbrl_offline.utils import save_figure
+
+    try:
+        return save_figure(fig, Path(path))
+    finally:
+        plt.close(fig)

@@ -48,14 +48,24 @@ def load_or_fit(kind: str, name: str, fingerprint: str, settings: dict, fit: Cal
 
 @contextmanager
 def file_lock(path: Path):
-    """An exclusive lock on ``path`` between processes (POSIX); no lock where fcntl is missing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """An exclusive lock on ``path`` between processes (POSIX); no lock where fcntl is missing. A lock
+    file that cannot be made (a cache folder that cannot be written) is one `FileWriteError` line."""
+    from mbrl_offline.errors import FileWriteError
+    from mbrl_offline.utils import write_failure_reason
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a")
+    except OSError as exc:
+        raise FileWriteError(f"cannot write {path}: {write_failure_reason(exc)}; check the model cache folder "
+                             f"(MBRL_OFFLINE_CACHE, or dynamics_cache=) and the free disk space.") from None
     try:
         import fcntl
     except ImportError:  # Windows: concurrent workers may both fit the model; the atomic save keeps it whole
-        yield
+        with handle:
+            yield
         return
-    with open(path, "a") as handle:
+    with handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield

@@ -23,19 +23,68 @@ REFUSED_HINT = ("If it is a checkpoint written by an older version of mbrl_offli
                 "from a source you trust.")
 
 
-def read_checkpoint(path: str | Path) -> dict:
-    """A checkpoint written by `Trainer`, with a clear error if it is missing, unreadable, or holds more
-    than tensors and plain data (it is then not unpickled)."""
+def read_checkpoint(path: str | Path, sections=None) -> dict:
+    """A checkpoint written by `Trainer`, with a clear error if it is missing, unreadable, holds more
+    than tensors and plain data (it is then not unpickled) or lacks one of ``sections`` (`SECTIONS`;
+    default `RESUME_SECTIONS`, all that resuming needs)."""
     if not isinstance(path, (str, os.PathLike)):
         raise InputTypeError(f"read_checkpoint needs the path of a checkpoint.pt (str or pathlib.Path), "
                              f"got {type_name(path)}.")
     path = Path(path)
+    sections = RESUME_SECTIONS if sections is None else sections
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}; pass the checkpoint.pt of a run folder.")
     state = load_plain(path, "cpu", REFUSED_HINT)
     if not isinstance(state, dict) or state.get("format") not in (1, CHECKPOINT_FORMAT):
         raise CheckpointError(f"{path} is not a mbrl_offline training checkpoint.")
-    return _from_format_1(state) if state["format"] == 1 else state
+    _check_sections(state, path, ("agent", "trainer_config") if state["format"] == 1 else ())
+    state = _from_format_1(state) if state["format"] == 1 else state
+    _check_sections(state, path, sections)
+    return state
+
+
+# What a checkpoint holds (`Trainer.save_checkpoint`): section -> its type and the keys it needs.
+SECTIONS = {"epoch": (int, ()), "algorithm": (str, ()), "env": (str, ()), "agent": (dict, ("config",)),
+            "generator_config": ((dict, type(None)), ()), "generator": ((dict, type(None)), ()),
+            "synthetic_buffer": ((dict, type(None)), ()), "trainer_config": (dict, ()),
+            "dataset": (dict, ("source", "fingerprint")), "history": (list, ()),
+            "rng": (dict, ("trainer", "torch", "cuda", "numpy", "python"))}
+RESUME_SECTIONS = tuple(SECTIONS)  # resuming a run needs all of them
+POLICY_SECTIONS = ("epoch", "algorithm", "env", "agent")  # loading its policy needs these
+
+
+def _check_sections(state: dict, path, sections) -> None:
+    """Refuse, in one `CheckpointError` line naming the file and the section, a checkpoint that lacks
+    one of ``sections`` (`SECTIONS`) or holds it in the wrong form: a damaged or edited file."""
+    fix = "it is damaged or was edited: use an intact checkpoint, or start a new run_dir"
+    for name in sections:
+        kind, keys = SECTIONS[name]
+        if name not in state:
+            raise CheckpointError(f"{path} has no '{name}' section; {fix}.")
+        value = state[name]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise CheckpointError(f"{path} has a '{name}' section of the wrong form ({type_name(value)}); {fix}.")
+        missing = [key for key in keys if key not in value]
+        if missing:
+            raise CheckpointError(f"{path} has a '{name}' section without '{missing[0]}'; {fix}.")
+    if "generator" in sections and state.get("generator_config") is not None and not isinstance(
+            state.get("generator"), dict):
+        raise CheckpointError(f"{path} holds the generator's settings but not its state ('generator'); {fix}.")
+
+
+def saved_settings(config_class, saved, path, section: str):
+    """The settings dataclass ``config_class`` from a checkpoint's ``saved`` dict; settings this version
+    does not know (the file was written by a newer version, or another one) are one `CheckpointError`
+    line that names the checkpoint, the setting and the fix."""
+    from mbrl_offline.config import config_to_dataclass
+    from mbrl_offline.errors import ConfigError
+
+    try:
+        return config_to_dataclass(config_class, saved, section)
+    except ConfigError as exc:
+        raise CheckpointError(f"{path} was written by another version of mbrl_offline: its settings do not fit this "
+                              f"version's ({str(exc).split('. ')[0].rstrip('.')}). Use the version that wrote it, or "
+                              f"start a new run.") from None
 
 
 def _from_format_1(state: dict) -> dict:

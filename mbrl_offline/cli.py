@@ -175,7 +175,7 @@ def resolve_train_config(cfg):
     check_run_settings(cfg)
     algo_config = config_to_dataclass(config_cls, {k: v for k, v in cfg.algo.items() if k != "name"}, "algo")
     gen_config = generator_config(cfg.generator)
-    check_pair(agent_cls, gen_config)
+    check_pair(agent_cls, gen_config, algo_config)
     trainer_config = config_to_dataclass(TrainerConfig, cfg.trainer, "trainer")
     check_writable_dir(trainer_config.run_dir, "trainer.run_dir")
     learned_dynamics = (getattr(gen_config, "dynamics", None) is not None

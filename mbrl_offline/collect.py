@@ -42,6 +42,7 @@ from mbrl_offline.data.envs import EnvInfo, get_env_info
 from mbrl_offline.data.minari_io import minari_dataset_dir, read_minari, write_minari
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.torch_files import load_plain, save_plain
+from mbrl_offline.utils import atomic_write_bytes
 from mbrl_offline.utils import progress_bar
 
 LEVELS = ("random", "medium", "medium-replay", "expert", "medium-expert")
@@ -149,6 +150,11 @@ class _Collector:
         self.snapshots: dict[str, dict] = {}  # "medium"/"expert" -> actor weights and evaluation
         self.written: dict[str, str] = {}  # level -> dataset folder
 
+    def _write_evaluations(self) -> None:
+        """``evaluations.jsonl``, one line per evaluation so far, written whole (`atomic_write_bytes`)."""
+        atomic_write_bytes(self.run_dir / "evaluations.jsonl",
+                           "".join(json.dumps(evaluation) + "\n" for evaluation in self.evaluations))
+
     # ----------------------------------------------------------------------------- top level
     def run(self) -> dict[str, Path]:
         cfg = self.cfg
@@ -156,8 +162,7 @@ class _Collector:
             self._load()
         else:
             self._refuse_to_overwrite()
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-            (self.run_dir / "config.json").write_text(json.dumps(asdict(cfg), indent=2, default=str))
+            atomic_write_bytes(self.run_dir / "config.json", json.dumps(asdict(cfg), indent=2, default=str))
         if "random" in cfg.levels and "random" not in self.written:
             self._write("random", self._rollout(None, "random"))
         if self.needs_training:
@@ -270,8 +275,7 @@ class _Collector:
             evaluation["confirmation"] = self._evaluate(self.agent.actor, self.cfg.confirm_episodes, seed_offset=500)
             candidate = evaluation["confirmation"]["normalized"] >= self.cfg.medium_score
         self.evaluations.append({"step": self.step, **evaluation})
-        with open(self.run_dir / "evaluations.jsonl", "a") as log:
-            log.write(json.dumps(self.evaluations[-1]) + "\n")
+        self._write_evaluations()
         if candidate:
             # The confirming evaluation, the more precise one, describes the policy.
             self.snapshots["medium"] = self._snapshot(evaluation.get("confirmation", evaluation))
@@ -426,6 +430,5 @@ class _Collector:
         torch.set_rng_state(state["torch_rng"])
         self.sample_generator.set_state(state["sample_generator"])
         # Evaluations after the checkpoint will run again: the log restarts from the checkpoint's.
-        with open(self.run_dir / "evaluations.jsonl", "w") as log:
-            log.writelines(json.dumps(evaluation) + "\n" for evaluation in self.evaluations)
+        self._write_evaluations()
         print(f"resumed {self.state_path} at step {self.step} (written: {', '.join(self.written) or 'none'})", flush=True)

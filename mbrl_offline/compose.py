@@ -22,12 +22,17 @@ from mbrl_offline.config import check_device, config_argument
 from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.errors import ConfigError, InputTypeError, type_name
 from mbrl_offline.generators import GENERATORS, build_generator
-from mbrl_offline.trainer import Trainer, TrainerConfig
+from mbrl_offline.models.fitting import check_fit_rows
+from mbrl_offline.trainer import Trainer, TrainerConfig, check_settings
 
 
-def check_pair(agent_cls, generator_config) -> None:
+def check_pair(agent_cls, generator_config, algo_config=None) -> None:
     """Refuse, in one line, a generator whose data the agent cannot learn from (sequences for a
-    transition agent) and an agent whose losses need a dynamics model that the generator lacks."""
+    transition agent), an agent whose losses need a dynamics model that the generator lacks, and
+    every other mistake the settings alone show (`mbrl_offline.trainer.check_settings`: a mixing rule
+    for the other kind of data, more real rows than the batch, the generator's own checks of the agent)
+    with ``algo_config`` (None: the algorithm's defaults). Called before any data is loaded, model
+    fitted or file written."""
     generator_cls = GENERATORS[generator_config.kind][1]
     if generator_cls is not None and generator_cls.produces != agent_cls.consumes:
         raise ConfigError(f"generator '{generator_config.kind}' produces {generator_cls.produces}, but "
@@ -37,6 +42,9 @@ def check_pair(agent_cls, generator_config) -> None:
         raise ConfigError(f"{agent_cls.name}'s penalty needs the generator's dynamics model, and generator "
                           f"'{generator_config.kind}' has none; use generator=rollouts, or leave generator unset "
                           f"for {agent_cls.name}'s own.")
+    if algo_config is None:
+        algo_config = get_algorithm(agent_cls.name)[1]()
+    check_settings(agent_cls, algo_config, generator_config)
 
 
 def build_run(algo: str, dataset, algo_config=None, generator_config=None,
@@ -70,8 +78,12 @@ def build_run(algo: str, dataset, algo_config=None, generator_config=None,
     trainer_config = config_argument(trainer_config, TrainerConfig, "build_run's trainer_config", "trainer",
                                      "TrainerConfig(epochs=100)")
     generator_config = generator_config if generator_config is not None else agent_cls.published_generator()
-    check_pair(agent_cls, generator_config)
+    check_pair(agent_cls, generator_config, algo_config)
     device = check_device(device, "build_run's device")
+    dynamics = getattr(generator_config, "dynamics", None)  # a model to fit: enough data for it, before anything
+    if dynamics is not None and dynamics_path is None and not getattr(generator_config, "true_dynamics", False):
+        check_fit_rows(len(dataset), dynamics.holdout_ratio, dynamics.max_holdout, dynamics.batch_size,
+                       f"the dataset ({dataset.source})")
     torch.manual_seed(trainer_config.seed)
     generator = build_generator(generator_config, dataset, device, cache_dir, dynamics_path, trainer_config.progress)
     parts = {"dynamics": generator.dynamics} if agent_cls.needs_dynamics else {}

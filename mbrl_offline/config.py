@@ -343,7 +343,8 @@ def check_device(device, setting: str = "device"):
 def check_writable_dir(path, setting: str, permissions: bool = True) -> None:
     """Refuse, in one line (`ConfigError` naming ``setting``), a folder that could not be created or
     written: one below a regular file, one that is itself a file, or one whose nearest existing folder
-    cannot be written (read-only, or another user's). Nothing is created: tools call this before they
+    cannot be written (read-only, or another user's, or one that takes no folders such as /proc: a
+    folder is made there and removed at once to see). Nothing is left behind: tools call this before they
     load data or train, so that a run never fails at its first write after minutes of work. With
     ``permissions=False`` only the structural problems are refused (for a cache that may be read-only
     and still serve a model it already holds)."""
@@ -368,3 +369,15 @@ def check_writable_dir(path, setting: str, permissions: bool = True) -> None:
         where = "it" if probe == path else f"{probe}, the nearest folder of it that exists"
         raise ConfigError(f"{setting}={path}: cannot write to {where} (permission denied or a read-only file "
                           f"system); choose a folder you can write to.")
+    if permissions and probe.is_dir():
+        # Permission bits do not show every folder that takes no files (/proc, /sys, some mounts; root
+        # passes os.access): make a folder there and remove it at once, as the run would make its own.
+        import tempfile
+
+        try:
+            os.rmdir(tempfile.mkdtemp(prefix=".mbrl_offline-probe-", dir=probe))
+        except OSError as exc:
+            where = "it" if probe == path else f"{probe}, the nearest folder of it that exists"
+            raise ConfigError(f"{setting}={path}: cannot make folders in {where} ({exc.strerror or exc}; a "
+                              f"system folder such as /proc, or a read-only file system); choose a folder you "
+                              f"can write to.") from None

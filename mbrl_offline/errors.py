@@ -34,6 +34,15 @@ class InputTypeError(MbrlOfflineError, TypeError):
     """An argument of a library call of the wrong type (a numpy array where a dataset is expected)."""
 
 
+class FileWriteError(MbrlOfflineError):
+    """A file the library writes could not be written (a full disk, a folder that cannot be written); the
+    old file, if any, is kept and no partial file is left (`mbrl_offline.utils.atomic_path`). ``path``
+    and ``reason`` say which file and why."""
+
+    path = None
+    reason = ""
+
+
 class NotFittedError(MbrlOfflineError, RuntimeError):
     """A model asked to predict before it was fitted or loaded."""
 

@@ -10,7 +10,8 @@ import json
 from pathlib import Path
 from typing import Optional
 
-from mbrl_offline.errors import MbrlOfflineError, read_library_text
+from mbrl_offline.errors import FileWriteError, MbrlOfflineError, read_library_text
+from mbrl_offline.utils import atomic_write_bytes, write_failure_reason
 
 
 class LogError(MbrlOfflineError, ValueError):
@@ -18,21 +19,38 @@ class LogError(MbrlOfflineError, ValueError):
 
 
 class RunLogger:
+    """Writes a run's logs. ``metrics.jsonl`` is rewritten whole through
+    `mbrl_offline.utils.atomic_write_bytes` at each record (a few kilobytes to a few megabytes), so a
+    full disk fails in one line and leaves the log as it was, never a truncated last line. TensorBoard
+    writes its own event files from a thread; a failed write there (a full disk) is the same one-line
+    `FileWriteError`, raised in the training thread, and the thread prints no traceback of its own."""
+
     def __init__(self, run_dir: str | Path, resume_epoch: Optional[int] = None, resume_step: Optional[int] = None,
                  tensorboard: bool = True):
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = self.run_dir / "metrics.jsonl"
-        if resume_epoch is None:
-            self.jsonl.write_text("")
-        elif self.jsonl.exists():
-            kept = [json.dumps(record) for record in read_jsonl(self.jsonl) if record["epoch"] <= resume_epoch]
-            self.jsonl.write_text("".join(line + "\n" for line in kept))
+        self.lines: list[str] = []
+        if resume_epoch is not None and self.jsonl.exists():
+            self.lines = [json.dumps(record) + "\n" for record in read_jsonl(self.jsonl)
+                          if record["epoch"] <= resume_epoch]
+        atomic_write_bytes(self.jsonl, "".join(self.lines))
         self.writer = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=resume_step)
+            _quiet_tensorboard_threads()
+            self.writer = self._tensorboard(SummaryWriter, str(self.run_dir / "tensorboard"), purge_step=resume_step)
+
+    def _tensorboard(self, call, *args, **kwargs):
+        """``call(*args, **kwargs)``, a TensorBoard write, with a failed write as one `FileWriteError` line."""
+        try:
+            return call(*args, **kwargs)
+        except (OSError, RuntimeError) as exc:
+            reason = write_failure_reason(exc, self.run_dir if self.run_dir.exists() else None)
+            if reason is None:
+                raise
+            raise FileWriteError(f"cannot write the TensorBoard log in {self.run_dir / 'tensorboard'}: {reason}. "
+                                 f"Check the free disk space, or set trainer.tensorboard=false.") from None
 
     def log(self, epoch: int, step: int, metrics: dict[str, dict[str, float]]) -> None:
         """``metrics`` maps a group (``train``, ``rollout``, ``eval``, ``speed``) to scalars."""
@@ -40,14 +58,40 @@ class RunLogger:
             for group, values in metrics.items():
                 for name, value in values.items():
                     if isinstance(value, (int, float)):
-                        self.writer.add_scalar(f"{group}/{name}", value, step)
-            self.writer.flush()
-        with open(self.jsonl, "a") as f:
-            f.write(json.dumps({"epoch": epoch, "step": step, **metrics}) + "\n")
+                        self._tensorboard(self.writer.add_scalar, f"{group}/{name}", value, step)
+            self._tensorboard(self.writer.flush)
+        line = json.dumps({"epoch": epoch, "step": step, **metrics}) + "\n"
+        atomic_write_bytes(self.jsonl, "".join(self.lines) + line)
+        self.lines.append(line)
 
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
+    def close(self, quiet: bool = False) -> None:
+        """Close the TensorBoard writer; ``quiet``: after another error, ignore a failed last write."""
+        writer, self.writer = self.writer, None
+        if writer is not None:
+            try:
+                self._tensorboard(writer.close)
+            except MbrlOfflineError:
+                if not quiet:
+                    raise
+
+
+def _quiet_tensorboard_threads() -> None:
+    """Let TensorBoard's writer thread fail without printing a traceback: it keeps the exception, and
+    the training thread raises it at its next write (`RunLogger._tensorboard`). Other threads' errors
+    are printed as before."""
+    import threading
+
+    previous = threading.excepthook
+    if getattr(previous, "_mbrl_offline", False):
+        return
+
+    def hook(args):
+        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, (OSError, RuntimeError)):
+            return
+        previous(args)
+
+    hook._mbrl_offline = True
+    threading.excepthook = hook
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

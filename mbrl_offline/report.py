@@ -203,7 +203,7 @@ def plot_curves(runs: list[Run], out_dir: Path, prefix: str = "curves") -> list[
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from mbrl_offline.utils import atomic_path
+    from mbrl_offline.utils import save_figure
 
     by_dataset: dict[str, dict[str, list[Run]]] = {}
     for (dataset, label), group in group_runs([r for r in runs if r.scores]).items():
@@ -232,8 +232,7 @@ def plot_curves(runs: list[Run], out_dir: Path, prefix: str = "curves") -> list[
         fig.tight_layout()
         path = out_dir / f"{prefix}-{dataset}.png"
         try:
-            with atomic_path(path) as tmp:  # never a half-written figure
-                fig.savefig(tmp, format="png")
+            save_figure(fig, path)  # never a half-written figure
         finally:
             plt.close(fig)
         written.append(path)
@@ -297,7 +296,8 @@ def write_report(paths: list[str | Path], out_dir: str | Path, command: Optional
     output folder is checked before any log is read; each file is written whole or not at all, and a
     failed write (a full disk) is one `ReportError` line."""
     from mbrl_offline.config import check_writable_dir
-    from mbrl_offline.errors import ConfigError
+    from mbrl_offline.errors import ConfigError, FileWriteError
+    from mbrl_offline.utils import write_failure_reason
 
     try:
         check_writable_dir(out_dir, "--out")
@@ -307,14 +307,16 @@ def write_report(paths: list[str | Path], out_dir: str | Path, command: Optional
     out_dir = Path(out_dir)
     try:
         return _write_report(runs, sweeps, out_dir, command)
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise ReportError(f"cannot write the report in {out_dir}: {exc.strerror or exc}{where}; nothing was left "
+    except (OSError, FileWriteError) as exc:
+        reason = exc.reason if isinstance(exc, FileWriteError) else write_failure_reason(exc, out_dir)
+        filename = exc.path if isinstance(exc, FileWriteError) else exc.filename
+        where = f" ({filename})" if filename else ""
+        raise ReportError(f"cannot write the report in {out_dir}: {reason}{where}; nothing was left "
                           f"half-written. Free some space or choose another --out.") from None
 
 
 def _write_report(runs: list[Run], sweeps: list[SweepSummary], out_dir: Path, command: Optional[str]) -> Path:
-    from mbrl_offline.utils import atomic_path
+    from mbrl_offline.utils import atomic_write_bytes
 
     out_dir.mkdir(parents=True, exist_ok=True)
     lines = ["# Report", ""]
@@ -329,6 +331,5 @@ def _write_report(runs: list[Run], sweeps: list[SweepSummary], out_dir: Path, co
     for index, sweep in enumerate(sweeps):
         lines.append(sweep_section(sweep, out_dir, index))
     report = out_dir / "report.md"
-    with atomic_path(report) as tmp:
-        tmp.write_text("\n".join(lines))
+    atomic_write_bytes(report, "\n".join(lines))
     return report

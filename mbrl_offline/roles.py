@@ -124,7 +124,8 @@ class Agent(Protocol):
     Also expected: ``name`` (the registry's), ``config`` (a dataclass with ``batch_size``: rows per
     batch, or the tape's length for an agent of sequences), ``device`` and ``consumes`` (in
     `SEQUENCE_KINDS`; read with "transitions" as its default); optionally ``on_epoch_end(epoch,
-    total_epochs)`` for per-epoch schedules and ``set_total_updates(total)``, which the trainer calls
+    total_epochs)`` for per-epoch schedules, ``deterministic_sampling`` (True where its policy's ``sample()``
+    takes ``deterministic=``; read as False) and ``set_total_updates(total)``, which the trainer calls
     once, when it is built, with the run's number of updates (for schedules over updates). An agent of
     transitions gets batches of the transition fields plus a bool ``synthetic`` column marking
     generated rows; an agent of sequences gets tapes (`mbrl_offline.buffer.SequenceBuffer.tape`) with

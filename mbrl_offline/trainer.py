@@ -50,7 +50,8 @@ import torch
 from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import Mixing, MixingConfig, SequenceBuffer, TransitionBuffer
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
-from mbrl_offline.checkpoint import numpy_rng_state, python_rng_state, set_numpy_rng_state, set_python_rng_state
+from mbrl_offline.checkpoint import (numpy_rng_state, python_rng_state, saved_settings, set_numpy_rng_state,
+                                     set_python_rng_state)
 from mbrl_offline.config import (check_field_types, config_argument, require_in_range, require_nonnegative,
                                  require_positive)
 from mbrl_offline.data.dataset import dataset_env, require_dataset
@@ -59,7 +60,7 @@ from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
 from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.torch_files import save_plain
-from mbrl_offline.utils import atomic_path, progress_bar
+from mbrl_offline.utils import missing_folders, atomic_write_bytes, progress_bar
 
 
 RUN_FILES = ("run.json", "metrics.jsonl", "checkpoint.pt", "tensorboard")  # what a run writes in its run_dir
@@ -117,6 +118,7 @@ class Trainer:
                  generator: Optional[Generator] = None, callbacks: Optional[list] = None):
         check_trainer_parts(agent, dataset, config, generator)
         config = config_argument(config, TrainerConfig, "Trainer's config", "trainer", "TrainerConfig(epochs=100)")
+        check_settings(agent, agent.config, generator.config if generator is not None else None)
         self.agent, self.dataset, self.config, self.generator = agent, dataset, config, generator
         self.env = dataset_env(dataset, "Trainer")  # the env the policy is evaluated in
         self.callbacks = list(callbacks or [])
@@ -135,23 +137,14 @@ class Trainer:
             buffer_cls = SequenceBuffer if generator.produces == "sequences" else TransitionBuffer
             self.synthetic = buffer_cls(generator.buffer_capacity, dataset.obs_dim, dataset.act_dim, self.device,
                                         extra_fields=generator.extra_fields)
-            mixing = generator.config.mixing
-        elif self.consumes == "sequences":  # tapes of the dataset alone: every row real, a plain masked mean
-            mixing = MixingConfig(rule="tape", kappa=1.0)
-        else:
-            mixing = MixingConfig(rule="fraction", real_ratio=1.0)
-        if (mixing.rule == "tape") != (self.consumes == "sequences"):
-            raise ConfigError(f"{agent.name} learns from {self.consumes}, and mixing.rule={mixing.rule} "
-                              + ("draws rows, not tapes; set generator.mixing.rule=tape." if self.consumes == "sequences"
-                                 else "draws tapes of episodes; choose another mixing rule (e.g. fraction)."))
-        self.mixing = Mixing(mixing)
-        self.mixing.real_rows(agent.config.batch_size)  # a rule that cannot fill the agent's batch fails here
+        self.mixing = Mixing(run_mixing(self.consumes, generator.config if generator is not None else None))
         self.rng = torch.Generator(device=self.device).manual_seed(config.seed)
         self.epoch = 0
         self.next_generation: Optional[int] = 0 if generator is not None else None  # update before which it runs
         if hasattr(agent, "set_total_updates"):  # schedules over the run's updates (NEUBAY's cosine rates)
             agent.set_total_updates(config.epochs * config.updates_per_epoch)
         self.history: list[dict] = []  # evaluation results, one per evaluated epoch
+        self._checkpoints_written = 0  # by train(), in this process
 
     # ----------------------------------------------------------------------------------- loop
     def train(self, resume: bool = False, overwrite: bool = False) -> dict:
@@ -164,10 +157,27 @@ class Trainer:
             self.load_checkpoint(self.checkpoint_path)
         elif overwrite:
             self._delete_earlier_run()
-        self._write_run_info()
-        logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None,
-                           resume_step=self.epoch * cfg.updates_per_epoch if resume else None,
-                           tensorboard=cfg.tensorboard)
+        made_folders = missing_folders(self.run_dir)
+        earlier = set(earlier_run_files(self.run_dir))  # this run's own files are the others of RUN_FILES
+        checkpoints_before = self._checkpoints_written
+        logger = None
+        try:
+            self._write_run_info()
+            logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None,
+                               resume_step=self.epoch * cfg.updates_per_epoch if resume else None,
+                               tensorboard=cfg.tensorboard)
+            summary = self._train_loop(logger)
+            logger.close()
+            return summary
+        except BaseException:
+            if logger is not None:
+                logger.close(quiet=True)
+            if self._checkpoints_written == checkpoints_before:  # nothing to resume from: leave no run behind
+                self._remove_own_files(earlier, made_folders)
+            raise
+
+    def _train_loop(self, logger: RunLogger) -> dict:
+        cfg = self.config
         bar = progress_bar(total=cfg.epochs * cfg.updates_per_epoch, initial=self.epoch * cfg.updates_per_epoch,
                            desc=f"{self.agent.name} {self.env.name}", unit="upd", disable=not cfg.progress)
         try:
@@ -188,14 +198,38 @@ class Trainer:
                 logger.log(self.epoch, self.epoch * cfg.updates_per_epoch, record)
                 if self.epoch % cfg.checkpoint_every == 0 or last:
                     self.save_checkpoint(self.checkpoint_path)
+                    self._checkpoints_written += 1
                 if "eval" in record:
                     for callback in self.callbacks:
                         if hasattr(callback, "on_eval"):
                             callback.on_eval(self, self.epoch, self.history[-1])
         finally:
             bar.close()
-            logger.close()
         return self.summary()
+
+    def _remove_own_files(self, earlier: set, made_folders: list[Path]) -> None:
+        """After a run that failed before its first checkpoint: remove the run files (`RUN_FILES`) that
+        this run made (not those in ``earlier``, which an earlier run wrote) and the folders it made
+        (``made_folders``, innermost first) where they are empty, so that the same command can be run
+        again without resume or overwrite."""
+        import shutil
+
+        for name in RUN_FILES:
+            path = self.run_dir / name
+            if name in earlier or not (path.exists() or path.is_symlink()):
+                continue
+            try:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+            except OSError:  # the error being raised says what went wrong; this cleanup is best effort
+                pass
+        for folder in made_folders:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
     def _delete_earlier_run(self) -> None:
         """Remove the earlier run's files (`RUN_FILES`) from the run folder, and nothing else."""
@@ -211,8 +245,7 @@ class Trainer:
     def _write_run_info(self) -> None:
         """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and
         whether MKL ran its AVX-512 code on an AMD CPU (`mkl_avx512`), which changes the rounding."""
-        with atomic_path(self.run_dir / "run.json") as tmp:
-            tmp.write_text(json.dumps({
+        atomic_write_bytes(self.run_dir / "run.json", json.dumps({
                 "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
                 "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
                 "trainer": asdict(self.config), "agent": asdict(self.agent.config),
@@ -311,14 +344,15 @@ class Trainer:
         if state["dataset"]["fingerprint"] != self.dataset.fingerprint():
             raise CheckpointError(f"{path} was trained on different data ({state['dataset']['source']}); "
                                   f"resume with the same dataset or choose another run_dir.")
-        saved_config, config = _with_defaults(type(self.agent.config), state["agent"]["config"]), asdict(self.agent.config)
+        saved_config = asdict(saved_settings(type(self.agent.config), state["agent"]["config"], path, "algo"))
+        config = asdict(self.agent.config)
         if saved_config != config:
             changed = sorted(k for k in saved_config if saved_config[k] != config.get(k))
             raise CheckpointError(f"{path} was trained with other algorithm settings ({', '.join(changed)}); "
                                   f"resume with the same settings or choose another run_dir.")
         saved_generator, generator = state["generator_config"], self._generator_settings()
-        if saved_generator and generator:
-            saved_generator = _with_defaults(type(self.generator.config), saved_generator)
+        if saved_generator and generator and saved_generator.get("kind") == generator.get("kind"):
+            saved_generator = asdict(saved_settings(type(self.generator.config), saved_generator, path, "generator"))
         if saved_generator != generator:
             changed = (sorted(k for k in saved_generator if saved_generator[k] != generator.get(k))
                        if saved_generator and generator else ["generator"])
@@ -363,16 +397,37 @@ def _next_generation_by_every(every: int, step: int) -> Optional[int]:
     return 0 if step == 0 else None
 
 
-def _with_defaults(config_class, saved: dict) -> dict:
-    """Saved settings with those added to ``config_class`` since they were saved at their defaults (a
-    run saved before a setting existed ran as its default says), as a dict to compare; settings that
-    no longer exist make it differ."""
-    from mbrl_offline.config import config_to_dataclass
+def run_mixing(consumes: str, generator_config=None) -> MixingConfig:
+    """The mixing rule of a run: the generator's (``generator_config.mixing``); without a generator (None
+    or ``kind='none'``) every row is real: tapes of the dataset (``kappa`` 1) for an agent of sequences,
+    else rows (``real_ratio`` 1)."""
+    if generator_config is not None and getattr(generator_config, "mixing", None) is not None:
+        return generator_config.mixing
+    if consumes == "sequences":  # tapes of the dataset alone: every row real, a plain masked mean
+        return MixingConfig(rule="tape", kappa=1.0)
+    return MixingConfig(rule="fraction", real_ratio=1.0)
 
-    try:
-        return asdict(config_to_dataclass(config_class, saved, "saved"))
-    except (ConfigError, TypeError, ValueError):
-        return saved
+
+def check_settings(agent, algo_config, generator_config=None) -> None:
+    """Every check that the settings alone decide, of an agent (its class or an instance: ``name``,
+    ``consumes``), its settings and a generator's settings (None: no generator), each refused in one
+    `ConfigError` line. `mbrl_offline.build_run` and the command line (``resolve_train_config``, through
+    `mbrl_offline.compose.check_pair`) call it before any data is loaded, any model fitted or any file
+    written; `Trainer` calls it again for parts built by hand. Checked: that the mixing rule draws what
+    the agent learns from (tapes for an agent of sequences, rows otherwise), that it can fill the agent's
+    batch (``mixing.real_rows`` at most ``algo.batch_size``), and the generator config's own checks of the
+    agent (its ``check_agent(agent, algo_config)``, e.g. the posterior's parallel rollouts per elite)."""
+    consumes = getattr(agent, "consumes", "transitions")
+    name = getattr(agent, "name", type_name(agent))
+    mixing = run_mixing(consumes, generator_config)
+    if (mixing.rule == "tape") != (consumes == "sequences"):
+        raise ConfigError(f"{name} learns from {consumes}, and mixing.rule={mixing.rule} "
+                          + ("draws rows, not tapes; set generator.mixing.rule=tape." if consumes == "sequences"
+                             else "draws tapes of episodes; choose another mixing rule (e.g. fraction)."))
+    Mixing(mixing).real_rows(algo_config.batch_size)  # a rule that cannot fill the agent's batch fails here
+    check_agent = getattr(generator_config, "check_agent", None)
+    if check_agent is not None:
+        check_agent(agent, algo_config)
 
 
 def check_trainer_parts(agent, dataset, config, generator) -> None:
@@ -387,6 +442,12 @@ def check_trainer_parts(agent, dataset, config, generator) -> None:
     if generator is not None and not isinstance(generator, Generator):
         raise InputTypeError(f"Trainer's generator must be a generator (mbrl_offline.roles.Generator) or None, got "
                              f"{type_name(generator)}; build one with mbrl_offline.generators.build_generator.")
+    dims = (getattr(agent, "obs_dim", dataset.obs_dim), getattr(agent, "act_dim", dataset.act_dim))
+    if dims != (dataset.obs_dim, dataset.act_dim):
+        raise ConfigError(f"the {agent.name} agent was built for observations of {dims[0]} and actions of {dims[1]} "
+                          f"numbers, but the dataset ({dataset.source}, env {dataset.env_name}) has {dataset.obs_dim} "
+                          f"and {dataset.act_dim}: the agent is for another env. Build it for this dataset, e.g. "
+                          f"{type(agent).__name__}.for_dataset(dataset), or use build_run('{agent.name}', dataset).")
     consumes = getattr(agent, "consumes", "transitions")
     if generator is not None and generator.produces != consumes:
         raise ConfigError(f"the generator produces {generator.produces}, but {agent.name} learns from {consumes}; "

@@ -210,14 +210,39 @@ def _journal_storage(path: str):
     return JournalStorage(JournalFileBackend(path))
 
 
+def check_storage(storage: Optional[str]) -> None:
+    """Refuse, in one `ConfigError` line, a ``sweep.storage`` file that could not be made: a journal file
+    or sqlite database below a regular file, in a folder that cannot be written, or that is itself a
+    folder (`mbrl_offline.config.check_writable_dir`). examples/sweep.py calls it before any trial
+    starts; `open_storage` again. URLs of database servers are not checked here."""
+    from mbrl_offline.config import check_writable_dir
+
+    if storage is None:
+        return
+    if _is_journal(storage):
+        path = Path(storage).expanduser()
+    elif storage.startswith("sqlite:///") and storage != "sqlite:///:memory:":
+        path = Path(storage[len("sqlite:///"):]).expanduser()
+    else:
+        return
+    if path.is_dir():
+        raise ConfigError(f"sweep.storage={storage} is a folder; name a file in it, e.g. {path / 'study.journal'}.")
+    check_writable_dir(path.parent, "the folder of sweep.storage")
+
+
 def open_storage(location: str, heartbeat_seconds: int, on_interrupted: Callable):
     """The study's storage at ``location`` (from `storage_location`): a journal file or any SQLAlchemy URL."""
     import optuna
     from optuna.storages import RDBStorage
 
     if _is_journal(location):
-        Path(location).parent.mkdir(parents=True, exist_ok=True)
-        return _journal_storage(location)
+        check_storage(location)
+        try:
+            Path(location).parent.mkdir(parents=True, exist_ok=True)
+            return _journal_storage(location)
+        except OSError as exc:
+            raise ConfigError(f"cannot open the journal sweep.storage={location}: {exc.strerror or exc}; choose a "
+                              f"file in a folder you can write to.") from None
     url = location
     # sqlite: wait for the other workers' writes instead of failing with "database is locked"
     engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
@@ -442,11 +467,11 @@ def _check_same_study(study, config: SweepConfig) -> None:
 
 def _write_sweep_file(sweep_dir: Path, location: str, config: SweepConfig) -> None:
     """``sweep.json``: where the study lives, for `report`."""
-    from mbrl_offline.utils import atomic_path
+    from mbrl_offline.utils import atomic_write_bytes
 
-    with atomic_path(sweep_dir / "sweep.json") as tmp:
-        tmp.write_text(json.dumps({"study_name": config.study_name, "storage": location,
-                                   "config": dataclasses.asdict(config)}, indent=2, default=list))
+    atomic_write_bytes(sweep_dir / "sweep.json", json.dumps({"study_name": config.study_name, "storage": location,
+                                                             "config": dataclasses.asdict(config)}, indent=2,
+                                                            default=list))
 
 
 class _sigterm_as_interrupt:

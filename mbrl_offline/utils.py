@@ -14,22 +14,100 @@ from typing import Iterator
 import torch
 
 
-@contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename.
+# Markers of a failed write in the RuntimeErrors of libraries that write files themselves: torch's zip
+# writer ("[enforce fail at inline_container.cc:...] ... file write failed", "unexpected pos") and HDF5.
+_WRITE_FAILURE_MARKERS = ("enforce fail", "write failed", "unexpected pos", "unable to flush", "unable to write",
+                          "no space left", "disk quota")
 
-    A crash or an exception leaves the old file (or nothing) in place, never a half-written one.
+
+def write_failure_reason(exc: BaseException, folder: str | os.PathLike | None = None) -> str | None:
+    """Why a write failed, in a few words, for an `OSError` (``No space left on device``) or a library's
+    RuntimeError that reports a failed write (`_WRITE_FAILURE_MARKERS`); None for any other exception.
+    When the file system of ``folder`` has no free space left, that is the reason given."""
+    if isinstance(exc, OSError):
+        text = str(exc).strip()
+        reason = exc.strerror or (text.splitlines()[0] if text else type(exc).__name__)
+    elif isinstance(exc, RuntimeError) and any(m in str(exc).lower() for m in _WRITE_FAILURE_MARKERS):
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    else:
+        return None
+    if folder is not None and "No space left" not in reason:
+        try:
+            stats = os.statvfs(folder)
+            if stats.f_bavail == 0:
+                reason = f"{os.strerror(28)} ({reason})"
+        except (OSError, AttributeError):  # no statvfs (Windows) or the folder is gone
+            pass
+    return reason
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and the folders above it that do not exist yet, the outermost last."""
+    missing = []
+    while not folder.exists() and folder.parent != folder:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike, error: type | None = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one rename. Every file
+    the library writes goes through here (`atomic_write_bytes`, `atomic_torch_save`, `save_figure`).
+
+    The temporary file is flushed to the disk (fsync) before the rename, so a disk that fills up shows
+    here and not later. A write that fails (an `OSError` such as a full disk, or a library's
+    RuntimeError that reports a failed write, `write_failure_reason`) removes the temporary file and
+    the folders made for it, keeps the old file (or nothing) and raises ``error`` (default
+    `FileWriteError`) in one line that names ``path`` and the reason. Other exceptions pass unchanged,
+    also after the temporary file is removed.
     """
+    from mbrl_offline.errors import FileWriteError
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
+    error = error or FileWriteError
+    created = missing_folders(path.parent)
+    existed = path.exists()
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
         yield Path(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # a full disk that the writes did not report yet shows here
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        for folder in created:  # innermost first; a folder something else filled meanwhile stays
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        reason = write_failure_reason(exc, path.parent if path.parent.exists() else None)
+        if reason is None:
+            raise
+        if isinstance(exc, (FileExistsError, NotADirectoryError)):  # a file where a folder must be
+            blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+            reason = f"{blocking} is a file, not a folder" if blocking is not None else reason
+        kept = " (the previous file is kept)" if existed else ""
+        failure = error(f"cannot write {path}: {reason}; nothing was written{kept}. Check the free disk space and "
+                        f"the folder's permissions, or choose another location.")
+        failure.path, failure.reason = path, reason
+        raise failure from None
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes | memoryview | str, error: type | None = None) -> None:
+    """Write ``data`` (text is written as UTF-8) to ``path`` through `atomic_path`."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    with atomic_path(path, error) as tmp:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
 
 
 def atomic_torch_save(obj, path: str | os.PathLike) -> None:
@@ -37,17 +115,19 @@ def atomic_torch_save(obj, path: str | os.PathLike) -> None:
     that fails (a full disk, a folder that cannot be written) is one `CheckpointError` line."""
     from mbrl_offline.errors import CheckpointError
 
-    try:
-        with atomic_path(path) as tmp:
-            torch.save(obj, tmp)
-    except OSError as exc:
-        raise CheckpointError(f"cannot write {path}: {exc.strerror or exc}; nothing was written (the previous file, "
-                              f"if any, is kept). Check the free disk space and the folder's permissions.") from None
-    except RuntimeError as exc:  # torch's zip writer reports a failed write as a RuntimeError
-        if "write" not in str(exc).lower():
-            raise
-        raise CheckpointError(f"cannot write {path}: {str(exc).strip().splitlines()[0]}; nothing was written (the "
-                              f"previous file, if any, is kept). Check the free disk space.") from None
+    with atomic_path(path, CheckpointError) as tmp:
+        torch.save(obj, tmp)
+
+
+def save_figure(fig, path: str | os.PathLike, error: type | None = None, **savefig_kwargs) -> Path:
+    """A matplotlib figure as a file, drawn in memory and written through `atomic_path` (a full disk is
+    one ``error`` line and leaves no partial image); the format follows ``path``'s suffix."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lstrip(".") or "png", **savefig_kwargs)
+    atomic_write_bytes(path, buffer.getbuffer(), error)
+    return Path(path)
 
 
 def progress_bar(**kwargs):

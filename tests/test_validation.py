@@ -514,20 +514,33 @@ def full_disk(*args, **kwargs):
 
 
 def test_an_hdf5_export_that_fails_midway_leaves_no_file_and_one_line(tmp_path, monkeypatch, hopper_data):
-    import h5py
+    """The file is made in memory; only its bytes go to the disk, through the atomic writer (a real full
+    disk: tests/test_full_disk.py)."""
+    import builtins
 
     from mbrl_offline import write_d4rl_hdf5
 
-    calls = {"n": 0}
-    create = h5py.Group.create_dataset
+    real_open = builtins.open
 
-    def fails_on_the_third(self, *args, **kwargs):
-        calls["n"] += 1
-        if calls["n"] == 3:
+    class HalfWritten:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, data):
+            self.handle.write(bytes(data)[:100])
             full_disk()
-        return create(self, *args, **kwargs)
 
-    monkeypatch.setattr(h5py.Group, "create_dataset", fails_on_the_third)
+    def opens_a_full_disk(file, mode="r", *args, **kwargs):
+        handle = real_open(file, mode, *args, **kwargs)
+        return HalfWritten(handle) if "w" in mode and str(file).endswith(".tmp") else handle
+
+    monkeypatch.setattr(builtins, "open", opens_a_full_disk)
     out = tmp_path / "export.hdf5"
     with pytest.raises(DatasetError) as error:
         write_d4rl_hdf5(hopper_data, out)
@@ -537,8 +550,8 @@ def test_an_hdf5_export_that_fails_midway_leaves_no_file_and_one_line(tmp_path, 
     monkeypatch.undo()
     write_d4rl_hdf5(hopper_data, out)
     before = out.read_bytes()
-    monkeypatch.setattr(h5py.File, "flush", full_disk)
-    with pytest.raises(DatasetError, match="No space left on device"):
+    monkeypatch.setattr(builtins, "open", opens_a_full_disk)
+    with pytest.raises(DatasetError, match="No space left on device; nothing was written .the previous file is kept."):
         write_d4rl_hdf5(hopper_data, out, overwrite=True)
     assert out.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["export.hdf5"]
     monkeypatch.undo()

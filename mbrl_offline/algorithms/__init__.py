@@ -16,8 +16,8 @@ from mbrl_offline.algorithms.neubay import NEUBAY, NEUBAYConfig
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.algorithms.td3bc import TD3BC, TD3BCConfig
-from mbrl_offline.checkpoint import read_checkpoint
-from mbrl_offline.config import check_device, config_to_dataclass, did_you_mean
+from mbrl_offline.checkpoint import POLICY_SECTIONS, read_checkpoint, saved_settings
+from mbrl_offline.config import check_device, did_you_mean
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 
@@ -37,10 +37,10 @@ def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
     MOBILE's penalty uses, which acting does not need): ready for ``act``. A ``device`` this machine
     lacks (``cuda`` without a GPU) is refused in one line before the checkpoint is read."""
     device = check_device(device, "load_policy's device")
-    state = read_checkpoint(checkpoint)
+    state = read_checkpoint(checkpoint, POLICY_SECTIONS)
     agent_cls, config_cls = get_algorithm(state["algorithm"])
     env = get_env_info(state["env"])
-    config = config_to_dataclass(config_cls, state["agent"]["config"], "algo")
+    config = saved_settings(config_cls, state["agent"]["config"], checkpoint, "algo")
     low, high = env.action_bounds()
     agent = agent_cls(env.obs_dim, env.act_dim, low, high, config, device)
     agent.load_state_dict(state["agent"])

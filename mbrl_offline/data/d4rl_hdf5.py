@@ -23,7 +23,7 @@ import numpy as np
 
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.errors import DatasetError
-from mbrl_offline.utils import atomic_path
+from mbrl_offline.utils import atomic_write_bytes
 
 REQUIRED_KEYS = ("observations", "actions", "rewards", "terminals")
 
@@ -83,13 +83,17 @@ def read_d4rl_hdf5(path: str | os.PathLike, source: Optional[str] = None) -> Off
 
 
 def write_d4rl_hdf5(dataset: OfflineDataset, path: str | os.PathLike, overwrite: bool = False) -> Path:
-    """Write ``dataset`` as a D4RL-format HDF5 file (with next_observations and timeouts), atomically:
-    into a temporary file in the same folder, renamed into place when complete. A write that fails
-    midway (a full disk, a folder that cannot be written) leaves no file behind, the old one (with
-    ``overwrite``) untouched, and ends in one `DatasetError` line.
+    """Write ``dataset`` as a D4RL-format HDF5 file (with next_observations and timeouts), atomically.
+
+    The file is made in memory and its bytes written through `mbrl_offline.utils.atomic_path` (a
+    temporary file in the same folder, renamed into place when complete). HDF5 itself never writes
+    to the disk: a full disk fails in Python's own write, one `DatasetError` line that leaves no file
+    behind and the old one (with ``overwrite``) untouched, instead of HDF5 failing to flush its open
+    file again when the interpreter exits (which ended in a segmentation fault).
 
     Reference scores and provenance go into ``metadata/`` attributes, which other loaders ignore.
     """
+    import io
     import json
 
     import h5py
@@ -99,33 +103,18 @@ def write_d4rl_hdf5(dataset: OfflineDataset, path: str | os.PathLike, overwrite:
         raise DatasetError(f"{path} is a folder; name the .hdf5 file to write, e.g. {path / 'dataset.hdf5'}.")
     if path.exists() and not overwrite:
         raise DatasetError(f"{path} already exists; delete it or pass overwrite=true.")
-    try:
-        with atomic_path(path) as tmp:
-            f = h5py.File(tmp, "w")
-            try:
-                for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
-                    # shuffle+gzip: about 10% smaller than gzip alone on float observations
-                    f.create_dataset(key, data=getattr(dataset, key), compression="gzip", compression_opts=4,
-                                     shuffle=True)
-                meta = f.create_group("metadata")
-                for key in ("env_id", "env_name", "ref_min_score", "ref_max_score"):
-                    value = getattr(dataset, key)
-                    if value is not None:
-                        meta.attrs[key] = value
-                meta.attrs["provenance"] = json.dumps(dataset.metadata, sort_keys=True, default=str)
-                f.flush()  # a full disk shows here, while the file is still open
-            except BaseException:
-                try:
-                    f.close()  # after a failed write closing can fail too; the file is discarded anyway
-                except Exception:
-                    pass
-                raise
-            f.close()  # a failure here also discards the temporary file
-    except OSError as exc:  # h5py's I/O errors (a full disk), and a folder that cannot be written
-        text = str(exc).strip()
-        reason = exc.strerror or (text.splitlines()[0] if text else type(exc).__name__)
-        raise DatasetError(f"cannot write {path}: {reason}; nothing was written. Check the free disk space and the "
-                           f"folder's permissions, or choose another location.") from None
+    memory = io.BytesIO()
+    with h5py.File(memory, "w") as f:
+        for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
+            # shuffle+gzip: about 10% smaller than gzip alone on float observations
+            f.create_dataset(key, data=getattr(dataset, key), compression="gzip", compression_opts=4, shuffle=True)
+        meta = f.create_group("metadata")
+        for key in ("env_id", "env_name", "ref_min_score", "ref_max_score"):
+            value = getattr(dataset, key)
+            if value is not None:
+                meta.attrs[key] = value
+        meta.attrs["provenance"] = json.dumps(dataset.metadata, sort_keys=True, default=str)
+    atomic_write_bytes(path, memory.getbuffer(), DatasetError)
     return path
 
 

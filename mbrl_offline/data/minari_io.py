@@ -16,7 +16,8 @@ from typing import Any, Optional
 import numpy as np
 
 from mbrl_offline.data.dataset import OfflineDataset
-from mbrl_offline.errors import DatasetError
+from mbrl_offline.errors import DatasetError, FileWriteError
+from mbrl_offline.utils import atomic_path, write_failure_reason
 
 PROVENANCE_KEY = "mbrl_offline"
 
@@ -64,11 +65,20 @@ def write_minari(dataset: OfflineDataset, dataset_id: str, root: Optional[str | 
     observation_space = gym.spaces.Box(-np.inf, np.inf, (dataset.obs_dim,), np.float32)
     action_space = gym.spaces.Box(env_space.low, env_space.high, env_space.shape, np.float32)
 
-    root_path.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root_path))
+    try:
+        root_path.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root_path))
+    except OSError as exc:
+        raise DatasetError(f"cannot write Minari dataset '{dataset_id}' in {root_path}: {write_failure_reason(exc)}; "
+                           f"choose a folder you can write to (MINARI_DATASETS_PATH).") from None
+    # Minari writes its HDF5 files itself, and HDF5 crashes the interpreter when the disk fills up under
+    # it: it builds the dataset in memory (/dev/shm where there is one), and only whole files are copied
+    # to the disk, through the library's one writer (`atomic_path`: a full disk is one DatasetError line).
+    memory = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    built = Path(tempfile.mkdtemp(prefix="mbrl_offline-minari-", dir=memory))
     previous = os.environ.get("MINARI_DATASETS_PATH")
     try:
-        os.environ["MINARI_DATASETS_PATH"] = str(staging)
+        os.environ["MINARI_DATASETS_PATH"] = str(built)
         created = minari.create_dataset_from_buffers(
             dataset_id, buffers, env=dataset.env_id, eval_env=dataset.env_id, observation_space=observation_space,
             action_space=action_space, ref_min_score=dataset.ref_min_score,
@@ -76,16 +86,26 @@ def write_minari(dataset: OfflineDataset, dataset_id: str, root: Optional[str | 
             author_email="mbrl_offline@users.noreply.invalid", code_permalink="mbrl_offline/collect.py",
             description=description, data_format=data_format)
         created.storage.update_metadata({PROVENANCE_KEY: json.dumps(dataset.metadata, sort_keys=True)})
+        for source in sorted(p for p in (built / dataset_id).rglob("*") if p.is_file()):
+            with atomic_path(staging / dataset_id / source.relative_to(built / dataset_id)) as tmp:
+                shutil.copyfile(source, tmp)
         if target.exists():
             shutil.rmtree(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging / dataset_id, target)
+    except (OSError, RuntimeError, FileWriteError) as exc:  # a full disk, a folder that cannot be written
+        reason = exc.reason if isinstance(exc, FileWriteError) else write_failure_reason(exc, root_path)
+        if reason is None:
+            raise
+        raise DatasetError(f"cannot write Minari dataset '{dataset_id}' in {root_path}: {reason}; nothing was "
+                           f"written. Check the free disk space, or choose another folder.") from None
     finally:
         if previous is None:
             os.environ.pop("MINARI_DATASETS_PATH", None)
         else:
             os.environ["MINARI_DATASETS_PATH"] = previous
         shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(built, ignore_errors=True)
     return target
 
 

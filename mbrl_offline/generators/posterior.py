@@ -130,6 +130,24 @@ class PosteriorGeneratorConfig:
         require_in_range(self, "utd", low=0.0, low_open=True, section="generator", hint=" (null: use every)")
         require_positive(self, "buffer_rows", section="generator")
 
+    def check_agent(self, agent, algo_config) -> None:
+        """The checks of these settings with the agent's (`mbrl_offline.trainer.check_settings`), made before
+        the ensemble is fitted: ``dynamics.record_uncertainty`` set (the truncation needs it), ``posterior.parallel`` a multiple of ``dynamics.num_elites`` (each elite
+        drives parallel / elites rollouts), and ``posterior.deterministic_actions`` only for an agent whose
+        policy can give its mode (``deterministic_sampling``: its ``sample()`` takes ``deterministic=``)."""
+        if not self.dynamics.record_uncertainty:
+            raise ConfigError("the posterior truncates rollouts by the model's data uncertainty, so it needs "
+                              "generator.dynamics.record_uncertainty=true (the 'neubay' recipe sets it).")
+        elites = self.dynamics.num_elites
+        if self.posterior.parallel % elites:
+            raise ConfigError(f"posterior.parallel ({self.posterior.parallel}) must be a multiple of the model's "
+                              f"elites (generator.dynamics.num_elites = {elites}): each elite drives parallel / "
+                              f"elites rollouts; e.g. posterior.parallel={max(1, self.posterior.parallel // elites) * elites}.")
+        if self.posterior.deterministic_actions and not getattr(agent, "deterministic_sampling", False):
+            raise ConfigError(f"posterior.deterministic_actions=true needs a policy whose sample() takes "
+                              f"deterministic=, and {getattr(agent, 'name', type(agent).__name__)}'s does not; "
+                              f"set generator.posterior.deterministic_actions=false.")
+
 
 class Histories:
     """The dataset's episodes cut at ``horizon`` rows, as flat tensors on ``device`` (see the module
@@ -424,11 +442,11 @@ class PosteriorGenerator:
         ``dataset`` with ``config.dynamics`` the first time), and the dataset's histories cut at the
         env's horizon."""
         env = dataset_env(dataset, "generator=posterior")
+        histories = Histories(dataset, env_horizon(env), device)  # an env without a horizon fails before the fit
         if model_path is not None:
             dynamics = GaussianEnsembleDynamics.load(model_path, map_location=device)
         else:
             dynamics, _ = load_or_fit_dynamics(dataset, config.dynamics, cache_dir, device, progress)
-        histories = Histories(dataset, env_horizon(env), device)
         return cls(dynamics.to(torch.device(device)), env.termination_fn, histories, config)
 
     def generate(self, policy: Policy, real: Optional[dict[str, torch.Tensor]] = None,

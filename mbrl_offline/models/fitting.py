@@ -44,17 +44,46 @@ class FittableEnsemble(Protocol):
         ...
 
 
+def _holdout_rows(rows: int, holdout_ratio: float, max_holdout: Optional[int]) -> int:
+    n_holdout = int(round(rows * holdout_ratio))
+    return min(n_holdout, max_holdout) if max_holdout is not None else n_holdout
+
+
+def min_fit_rows(holdout_ratio: float, max_holdout: Optional[int], batch_size: int) -> Optional[int]:
+    """The fewest transitions `split_holdout` accepts: one held-out row and a training batch of
+    ``batch_size`` rows after the holdout; None where no number is enough (nothing is held out)."""
+    if holdout_ratio <= 0 or (max_holdout is not None and max_holdout < 1):
+        return None
+    rows = batch_size + 1
+    while _holdout_rows(rows, holdout_ratio, max_holdout) < 1 or rows - _holdout_rows(rows, holdout_ratio,
+                                                                                        max_holdout) < batch_size:
+        rows += 1
+    return rows
+
+
+def check_fit_rows(rows: int, holdout_ratio: float, max_holdout: Optional[int], batch_size: int,
+                   what: str = "the data") -> None:
+    """Refuse, in one `DatasetError` line that names the minimum (`min_fit_rows`), too few rows to fit a
+    model on with these settings. `mbrl_offline.build_run` calls it before anything is fitted or written."""
+    from mbrl_offline.errors import DatasetError
+
+    needed = min_fit_rows(holdout_ratio, max_holdout, batch_size)
+    if needed is None:
+        raise DatasetError(f"dynamics.holdout_ratio = {holdout_ratio} (max_holdout {max_holdout}) holds out no rows, "
+                           f"so the model's early stopping has nothing to measure; set it above 0 (e.g. 0.2).")
+    if rows < needed:
+        raise DatasetError(f"{what} has {rows} transitions, too few to fit the dynamics model: with holdout_ratio "
+                           f"{holdout_ratio} and batch_size {batch_size} it needs at least {needed}; use a larger "
+                           f"dataset (or a smaller generator.dynamics.batch_size).")
+
+
 def split_holdout(rows: int, holdout_ratio: float, max_holdout: Optional[int], batch_size: int,
                   generator: torch.Generator, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Row indices ``(train, holdout)``: ``round(holdout_ratio * rows)`` held out at random, at most
-    ``max_holdout``; too few rows for one training batch are refused."""
+    ``max_holdout``; too few rows for one training batch are refused (`check_fit_rows`)."""
+    check_fit_rows(rows, holdout_ratio, max_holdout, batch_size)
     order = torch.randperm(rows, generator=generator, device=device)
-    n_holdout = int(round(rows * holdout_ratio))
-    if max_holdout is not None:
-        n_holdout = min(n_holdout, max_holdout)
-    if n_holdout < 1 or rows - n_holdout < batch_size:
-        raise ValueError(f"{rows} transitions are too few to train on with holdout_ratio "
-                         f"{holdout_ratio} and batch_size {batch_size}")
+    n_holdout = _holdout_rows(rows, holdout_ratio, max_holdout)
     return order[n_holdout:], order[:n_holdout]
 
 
