@@ -123,18 +123,26 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
         if sep and not key.lstrip("+~").strip():
             raise ConfigError(f"override '{override}' names no setting; write setting=value, e.g. seed=5.")
     overrides = quote_overrides(list(overrides))
-    cfg, choices = _compose(config_dir, config_name, overrides)
-    extra = budget_settings(cfg)
+    cfg, choices, unknown = _compose(config_dir, config_name, overrides)
+    extra = budget_settings(cfg)  # of the config without the unknown settings, so that all are found at once
+    origins = {}
     if extra:
         budget = choices.get("budget") or "?"
         origins = {override: f"set by budget {budget} for runs with {condition}" for override, condition in extra}
-        cfg, choices = _compose(config_dir, config_name, [o for o, _ in extra] + list(overrides), origins)
+        cfg, choices, unknown = _compose(config_dir, config_name, [o for o, _ in extra] + list(overrides))
+    if unknown:
+        raise ConfigError(unknown_settings_line(unknown, cfg, overrides, config_dir, origins))
     if choices.get("preset"):
         check_preset_settings(cfg, config_dir, choices["preset"])
     if config_name in TOOL_SETTINGS:
-        schema = TOOL_SETTINGS[config_name]
-        config_to_dataclass(schema, {f.name: cfg[f.name] for f in dataclasses.fields(schema) if f.name in cfg}, "")
+        top_level_settings(cfg, TOOL_SETTINGS[config_name])
     return cfg
+
+
+def top_level_settings(cfg, schema: type):
+    """The top-level settings of a composed config as dataclass ``schema`` (`TOOL_SETTINGS`), each held to
+    its type by `mbrl_offline.config.parse_setting`; a setting ``cfg`` lacks keeps the schema's default."""
+    return config_to_dataclass(schema, {f.name: cfg[f.name] for f in dataclasses.fields(schema) if f.name in cfg}, "")
 
 
 def budget_overrides(cfg) -> list[str]:
@@ -172,12 +180,12 @@ def _override_key(override: str) -> str:
     return override.partition("=")[0].lstrip("+~")
 
 
-def _compose(config_dir: str, config_name: str, overrides: list[str], origins: Optional[dict] = None):
-    """``(config, group choices)``: the one composition every tool's config goes through. Settings
-    that do not exist are all collected (Hydra stops at the first: each is taken out and the rest
-    composed again) and refused together in one `ConfigError` line, each with its hint (did you mean,
-    where it moved, which budget set it: ``origins`` maps such an override to the words that say).
-    Any other mistake is one line too; no Hydra exception leaves this function."""
+def _compose(config_dir: str, config_name: str, overrides: list[str]):
+    """``(config, group choices, unknown settings)``: the one composition every tool's config goes
+    through. Settings that do not exist are all collected, as ``(key, the overrides that set it)``
+    (Hydra stops at the first: each is taken out and the rest composed again), for `compose` to refuse
+    together in one line (`unknown_settings_line`), and the config is composed without them. Any other
+    mistake is one `ConfigError` line; no Hydra exception leaves this function."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import (ConfigCompositionException, HydraException, MissingConfigException,
@@ -186,7 +194,6 @@ def _compose(config_dir: str, config_name: str, overrides: list[str], origins: O
     from omegaconf.errors import OmegaConfBaseException
 
     register_config_defaults()
-    origins = origins or {}
     unknown: list[tuple[str, list[str]]] = []  # (key, the overrides that set it)
     remaining = list(overrides)
     with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
@@ -216,29 +223,36 @@ def _compose(config_dir: str, config_name: str, overrides: list[str], origins: O
                 remaining = [o for o in remaining if o not in setting]
             except (HydraException, OmegaConfBaseException) as exc:
                 raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None
-    if unknown:
-        found, valid, from_budget = [], [], {}
-        for key, setting in unknown:
-            origin = next((origins[o] for o in setting if o in origins), "")
-            if origin:  # a budget's setting for runs like this one: where it came from is the hint
-                from_budget.setdefault(origin, []).append(key)
-                found.append((key, ""))
-                continue
-            parent, _, leaf = key.rpartition(".")
-            node = OmegaConf.select(cfg, parent) if parent else cfg
-            keys = list(node.keys()) if OmegaConf.is_dict(node) else []
-            valid.append(keys)
-            hint = (did_you_mean(leaf, keys, prefix=f"{parent}." if parent else "")
-                    or moved_setting_hint(key, cfg) or group_setting_hint(key, overrides, config_dir, cfg))
-            found.append((key, hint))
-        shown = f" Valid: {', '.join(valid[0])}." if valid and all(v == valid[0] for v in valid) else ""
-        message = unknown_settings_message(found, "" if from_budget else shown)
-        for origin, keys in from_budget.items():
-            names = ", ".join(keys)
-            message += (f" {names} {'is' if len(keys) == 1 else 'are'} {origin}, but this run's config does not have "
-                        f"{'it' if len(keys) == 1 else 'them'}{_choose_hint(origin)}.")
-        raise ConfigError(message)
-    return cfg, choices
+    return cfg, choices, unknown
+
+
+def unknown_settings_line(unknown: list, cfg, overrides: list[str], config_dir, origins: dict) -> str:
+    """The one line for the settings `_compose` found missing from the config ``cfg`` (composed without
+    them), each with its hint: did you mean, where it moved (`moved_setting_hint`), the config group it
+    needs (`group_setting_hint`), or the budget that set it (``origins``: override -> the words that say)."""
+    from omegaconf import OmegaConf
+
+    found, valid, from_budget = [], [], {}
+    for key, setting in unknown:
+        origin = next((origins[o] for o in setting if o in origins), "")
+        if origin:  # a budget's setting for runs like this one: where it came from is the hint
+            from_budget.setdefault(origin, []).append(key)
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        keys = list(node.keys()) if OmegaConf.is_dict(node) else []
+        valid.append(keys)
+        hint = (did_you_mean(leaf, keys, prefix=f"{parent}." if parent else "")
+                or moved_setting_hint(key, cfg) or group_setting_hint(key, overrides, config_dir, cfg))
+        found.append((key, hint))
+    shown = f" Valid: {', '.join(valid[0])}." if valid and valid[0] and all(v == valid[0] for v in valid) else ""
+    found += [(key, "") for keys in from_budget.values() for key in keys]  # the user's own first
+    message = unknown_settings_message(found, "" if from_budget else shown)
+    for origin, keys in from_budget.items():
+        names = ", ".join(keys)
+        message += (f" {names} {'is' if len(keys) == 1 else 'are'} {origin}, but this run's config does not have "
+                    f"{'it' if len(keys) == 1 else 'them'}{_choose_hint(origin)}.")
+    return message
 
 
 def _choose_hint(origin: str) -> str:
@@ -368,19 +382,15 @@ def dataset_name(spec: str) -> str:
 
 
 def check_run_settings(cfg) -> None:
-    """The run-wide settings of a ``train`` config (outside the dataclasses): the seed, torch's thread
-    count and the device (`mbrl_offline.config.check_device`), each refused in one line."""
-    from types import SimpleNamespace
-
+    """The run-wide settings of a ``train`` config (outside the dataclasses): their types (`TrainSettings`,
+    as `compose` checks them), the seed, torch's thread count and the device
+    (`mbrl_offline.config.check_device`), each refused in one line."""
     from mbrl_offline.config import check_device, require_nonnegative
 
-    top = SimpleNamespace(seed=cfg.get("seed", 0), torch_threads=cfg.get("torch_threads"))
+    top = top_level_settings(cfg, TrainSettings)
     require_nonnegative(top, "seed", section="")
-    threads = top.torch_threads
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
-        raise ConfigError(f"torch_threads = {top.torch_threads!r} must be a whole number (or null: torch's default).")
     require_nonnegative(top, "torch_threads", section="", hint=" (0 or null: torch's default)")
-    check_device(cfg.get("device", "cpu"))
+    check_device(top.device)
 
 
 def build_trainer(cfg, callbacks=None):

@@ -150,7 +150,7 @@ def test_a_bad_setting_is_refused_where_the_train_config_is_built():
              "algo.actor_lr=-0.001": "algo.actor_lr must be above 0, got -0.001.",
              "seed=-1": "seed must be at least 0, got -1.",
              "torch_threads=-1": "torch_threads must be at least 0 (0 or null: torch's default), got -1.",
-             "torch_threads=1.5": "torch_threads = 1.5 must be a whole number",
+             "torch_threads=1.5": "torch_threads = 1.5 has the wrong type; expected int or null.",
              "generator.dynamics.learning_rate=0": "dynamics.learning_rate must be above 0, got 0.0.",
              "trainer.divergence_q=-1": "trainer.divergence_q must be above 0, got -1.0."}
     for override, message in cases.items():
