@@ -234,8 +234,8 @@ def unknown_settings_line(unknown: list, cfg, overrides: list[str], config_dir, 
 
     found, valid, from_budget = [], [], {}
     for key, setting in unknown:
-        origin = next((origins[o] for o in setting if o in origins), "")
-        if origin:  # a budget's setting for runs like this one: where it came from is the hint
+        origin = origins[setting[0]] if all(o in origins for o in setting) else ""
+        if origin:  # a budget's setting (and not the user's too): where it came from is the hint
             from_budget.setdefault(origin, []).append(key)
             continue
         parent, _, leaf = key.rpartition(".")
@@ -297,6 +297,8 @@ def check_preset_settings(cfg, config_dir, preset: str) -> None:
     path = Path(config_dir) / "preset" / f"{preset}.yaml"
     values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     kind, algo = OmegaConf.select(cfg, "generator.kind"), OmegaConf.select(cfg, "algo.name")
+    if values.get("preset_for", algo) != algo or values.get("preset_env", cfg.env.name) != cfg.env.name:
+        return  # a preset for another algorithm or env: `check_preset` says so
     where = f"preset {preset} (configs/preset/{preset}.yaml)"
     if isinstance(values.get("generator"), dict) and kind in GENERATORS:
         bad = unknown_settings(GENERATORS[kind][0], values["generator"], "generator")

@@ -220,6 +220,17 @@ def test_a_preset_is_refused_on_another_env_and_accepted_on_its_own():
     assert env.name == "hopper" and (generator.rollout.horizon, generator.rollout.penalty_coef) == (5, 5.0)
 
 
+def test_every_preset_resolves_on_its_own_algorithm_and_env():
+    """A preset's settings all exist in its algorithm's config and its published generator's (a setting put
+    under the wrong section, such as algo.dynamics, is refused naming the preset's file)."""
+    from mbrl_offline.cli import compose, resolve_train_config
+
+    for path in sorted((CONFIGS / "preset").glob("*.yaml")):
+        algo, env, _ = path.stem.split("-", 2)
+        resolve_train_config(compose(CONFIGS, "train", [f"algo={algo}", f"env={env}", f"preset={path.stem}",
+                                                         "preset_dataset=null"]))
+
+
 def test_a_preset_is_refused_on_other_data_of_its_env_unless_asked():
     from mbrl_offline.cli import compose, dataset_name, resolve_train_config
 
