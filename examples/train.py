@@ -6,7 +6,7 @@ unless ``generator=`` names another (``none``, ``rollouts``, or another algorith
 and checkpoint.pt to ``trainer.run_dir``; ``resume=true`` continues a stopped run. A run folder that
 holds an earlier run's files (run.json, metrics.jsonl, checkpoint.pt, tensorboard/) is refused before
 anything is loaded unless ``resume=true`` or ``overwrite=true`` (delete that run's files and start
-afresh) is given. Settings are checked before any work (ranges, the device, the preset's env, that the
+afresh) is given; these are true or false only (``overwrite=no`` is refused, never read as true). Settings are checked before any work (ranges, the device, the preset's env, that the
 run folder can be written). Settings: configs/train.yaml.
 
 ``--help`` lists the config groups and where each setting is documented; ``--cfg job`` prints the

@@ -10,13 +10,15 @@ as a string (`quote_overrides`).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 from mbrl_offline import mkl_avx512
-from mbrl_offline.config import check_writable_dir, config_to_dataclass, config_to_dict, did_you_mean
+from mbrl_offline.config import (check_writable_dir, config_to_dataclass, config_to_dict, did_you_mean,
+                                 unknown_settings, unknown_settings_message)
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -59,25 +61,97 @@ def register_config_defaults() -> None:
         store.store(group="generator", name=f"{kind}_defaults", node=config_to_dict(config_cls()))
 
 
+@dataclasses.dataclass
+class TrainSettings:
+    """The top-level settings of ``configs/train.yaml`` (and tune.yaml, which includes it): their types,
+    which `compose` holds every value to (`mbrl_offline.config.parse_setting`: ``overwrite=no`` is refused,
+    never read as true)."""
+
+    seed: int = 0
+    device: str = "cpu"
+    torch_threads: Optional[int] = None
+    keep_freed_memory: bool = True
+    resume: bool = False
+    overwrite: bool = False
+    dynamics_path: Optional[str] = None
+    dynamics_cache: Optional[str] = None
+
+
+@dataclasses.dataclass
+class InspectSettings:
+    """The top-level settings of ``configs/inspect_dataset.yaml``."""
+
+    dataset: Optional[str] = None
+    out: Optional[str] = None
+    overwrite: bool = False
+
+
+@dataclasses.dataclass
+class EvaluateSettings:
+    """The top-level settings of ``configs/evaluate.yaml``."""
+
+    checkpoint: Optional[str] = None
+    episodes: int = 10
+    seed: int = 0
+    device: str = "cpu"
+
+
+# The types of each tool config's top-level settings (its sections, such as trainer.* or collect.*, are
+# dataclasses of the library, converted where the tool builds them).
+TOOL_SETTINGS = {"train": TrainSettings, "tune": TrainSettings, "inspect_dataset": InspectSettings,
+                 "evaluate": EvaluateSettings}
+
+
 def compose(config_dir: str, config_name: str, overrides: list[str]):
     """Hydra's composition of ``config_name`` with command-line ``overrides``; every mistake in an
-    override (unknown group option or key, unparsable value) becomes one `ConfigError` line.
+    override (unknown group option or key, unparsable value, a key missing: ``=5``) becomes one
+    `ConfigError` line, which names every unknown setting at once (`_compose`).
 
     A budget (``configs/budget/``) may hold settings for some runs only, under ``budget.when``:
     ``"<key>=<value>": {settings}`` applies where the composed config has that value (e.g. the quick
     budget's rollout count where ``generator.kind=rollouts``, its update count where
     ``algo.name=td3bc``). They go in as overrides before the command line's, which win.
 
+    A preset (``configs/preset/``) that sets a setting the run's generator or algorithm lacks is refused
+    naming the preset (`check_preset_settings`). The top-level settings are held to their types
+    (`TOOL_SETTINGS`): a boolean is true or false, nothing else.
+
     A value Hydra's grammar cannot read (a file path with non-ASCII characters, spaces, ``=`` or ``,``)
     is taken whole as a string (`quote_overrides`)."""
+    for override in overrides:
+        key, sep, _ = str(override).partition("=")
+        if sep and not key.lstrip("+~").strip():
+            raise ConfigError(f"override '{override}' names no setting; write setting=value, e.g. seed=5.")
     overrides = quote_overrides(list(overrides))
-    cfg = _compose(config_dir, config_name, overrides)
-    extra = budget_overrides(cfg)
-    return _compose(config_dir, config_name, extra + list(overrides)) if extra else cfg
+    cfg, choices, unknown = _compose(config_dir, config_name, overrides)
+    extra = budget_settings(cfg)  # of the config without the unknown settings, so that all are found at once
+    origins = {}
+    if extra:
+        budget = choices.get("budget") or "?"
+        origins = {override: f"set by budget {budget} for runs with {condition}" for override, condition in extra}
+        cfg, choices, unknown = _compose(config_dir, config_name, [o for o, _ in extra] + list(overrides))
+    if unknown:
+        raise ConfigError(unknown_settings_line(unknown, cfg, overrides, config_dir, origins))
+    if choices.get("preset"):
+        check_preset_settings(cfg, config_dir, choices["preset"])
+    if config_name in TOOL_SETTINGS:
+        top_level_settings(cfg, TOOL_SETTINGS[config_name])
+    return cfg
+
+
+def top_level_settings(cfg, schema: type):
+    """The top-level settings of a composed config as dataclass ``schema`` (`TOOL_SETTINGS`), each held to
+    its type by `mbrl_offline.config.parse_setting`; a setting ``cfg`` lacks keeps the schema's default."""
+    return config_to_dataclass(schema, {f.name: cfg[f.name] for f in dataclasses.fields(schema) if f.name in cfg}, "")
 
 
 def budget_overrides(cfg) -> list[str]:
     """The ``key=value`` overrides that ``cfg.budget.when`` holds for this config (see `compose`)."""
+    return [override for override, _ in budget_settings(cfg)]
+
+
+def budget_settings(cfg) -> list[tuple[str, str]]:
+    """``(key=value override, its condition)`` for each setting ``cfg.budget.when`` holds for this config."""
     import json
 
     from omegaconf import OmegaConf
@@ -96,47 +170,100 @@ def budget_overrides(cfg) -> list[str]:
                     if isinstance(v, dict):
                         walk(v, f"{prefix}{k}.")
                     else:
-                        found.append(f"{prefix}{k}={json.dumps(v)}")
+                        found.append((f"{prefix}{k}={json.dumps(v)}", condition))
 
             walk(flat, "")
     return found
 
 
+def _override_key(override: str) -> str:
+    return override.partition("=")[0].lstrip("+~")
+
+
 def _compose(config_dir: str, config_name: str, overrides: list[str]):
+    """``(config, group choices, unknown settings)``: the one composition every tool's config goes
+    through. Settings that do not exist are all collected, as ``(key, the overrides that set it)``
+    (Hydra stops at the first: each is taken out and the rest composed again), for `compose` to refuse
+    together in one line (`unknown_settings_line`), and the config is composed without them. Any other
+    mistake is one `ConfigError` line; no Hydra exception leaves this function."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import ConfigCompositionException, MissingConfigException, OverrideParseException
-    from omegaconf import OmegaConf
+    from hydra.errors import (ConfigCompositionException, HydraException, MissingConfigException,
+                              OverrideParseException)
+    from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
     register_config_defaults()
+    unknown: list[tuple[str, list[str]]] = []  # (key, the overrides that set it)
+    remaining = list(overrides)
     with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
-        try:
-            cfg = hydra_compose(config_name=config_name, overrides=overrides)
-            # Resolved here, so that sub-trees handed to `config_to_dataclass` carry no interpolations.
-            return OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
-        except MissingConfigException as exc:
-            group, _, option = (exc.missing_cfg_file or "").rpartition("/")
-            options = [o for o in (exc.options or []) if not o.endswith("_defaults")]
-            hint = did_you_mean(option, options)
-            raise ConfigError(f"unknown {group or 'config'} '{option}'.{hint} Known: {', '.join(options)}.") from None
-        except OverrideParseException as exc:
-            raise ConfigError(f"cannot parse the override: {str(exc).splitlines()[0]}{_parse_fix(overrides)}") from None
-        except ConfigCompositionException as exc:
-            message = str(exc).splitlines()[0]
-            if message.startswith("Could not override '"):
-                key = message.split("'")[1]
-                base = hydra_compose(config_name=config_name, overrides=[o for o in overrides if o.split("=")[0] != key])
-                parent, _, leaf = key.rpartition(".")
-                node = OmegaConf.select(base, parent) if parent else base
-                valid = list(node.keys()) if OmegaConf.is_dict(node) else []
-                hint = (did_you_mean(leaf, valid, prefix=f"{parent}." if parent else "")
-                        or moved_setting_hint(key, base) or group_setting_hint(key, overrides, config_dir, base))
-                raise ConfigError(f"unknown setting '{key}'.{hint}"
-                                  + (f" Valid: {', '.join(valid)}." if valid else "")) from None
-            raise ConfigError(added_group_message(message, overrides, config_dir) or message) from None
-        except OmegaConfBaseException as exc:
-            raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None
+        while True:
+            try:
+                cfg = hydra_compose(config_name=config_name, overrides=remaining, return_hydra_config=True)
+                choices = dict(OmegaConf.select(cfg, "hydra.runtime.choices") or {})
+                with open_dict(cfg):
+                    del cfg["hydra"]
+                # Resolved here, so that sub-trees handed to `config_to_dataclass` carry no interpolations.
+                cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+                break
+            except MissingConfigException as exc:
+                group, _, option = (exc.missing_cfg_file or "").rpartition("/")
+                options = [o for o in (exc.options or []) if not o.endswith("_defaults")]
+                hint = did_you_mean(option, options)
+                raise ConfigError(f"unknown {group or 'config'} '{option}'.{hint} Known: {', '.join(options)}.") from None
+            except OverrideParseException as exc:
+                raise ConfigError(f"cannot parse the override: {str(exc).splitlines()[0]}{_parse_fix(remaining)}") from None
+            except ConfigCompositionException as exc:
+                message = str(exc).splitlines()[0]
+                key = message.split("'")[1] if message.startswith("Could not override '") else ""
+                setting = [o for o in remaining if _override_key(o) == key] if key else []
+                if not setting:
+                    raise ConfigError(added_group_message(message, remaining, config_dir) or message) from None
+                unknown.append((key, setting))
+                remaining = [o for o in remaining if o not in setting]
+            except (HydraException, OmegaConfBaseException) as exc:
+                raise ConfigError(f"bad setting: {str(exc).splitlines()[0]}") from None
+    return cfg, choices, unknown
+
+
+def unknown_settings_line(unknown: list, cfg, overrides: list[str], config_dir, origins: dict) -> str:
+    """The one line for the settings `_compose` found missing from the config ``cfg`` (composed without
+    them), each with its hint: did you mean, where it moved (`moved_setting_hint`), the config group it
+    needs (`group_setting_hint`), or the budget that set it (``origins``: override -> the words that say)."""
+    from omegaconf import OmegaConf
+
+    found, valid, from_budget = [], [], {}
+    for key, setting in unknown:
+        origin = origins[setting[0]] if all(o in origins for o in setting) else ""
+        if origin:  # a budget's setting (and not the user's too): where it came from is the hint
+            from_budget.setdefault(origin, []).append(key)
+            continue
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent) if parent else cfg
+        keys = list(node.keys()) if OmegaConf.is_dict(node) else []
+        valid.append(keys)
+        hint = (did_you_mean(leaf, keys, prefix=f"{parent}." if parent else "")
+                or moved_setting_hint(key, cfg) or group_setting_hint(key, overrides, config_dir, cfg))
+        found.append((key, hint))
+    shown = f" Valid: {', '.join(valid[0])}." if valid and valid[0] and all(v == valid[0] for v in valid) else ""
+    found += [(key, "") for keys in from_budget.values() for key in keys]  # the user's own first
+    message = unknown_settings_message(found, "" if from_budget else shown)
+    for origin, keys in from_budget.items():
+        names = ", ".join(keys)
+        message += (f" {names} {'is' if len(keys) == 1 else 'are'} {origin}, but this run's config does not have "
+                    f"{'it' if len(keys) == 1 else 'them'}{_choose_hint(origin)}.")
+    return message
+
+
+def _choose_hint(origin: str) -> str:
+    """For a budget's setting whose condition names a generator or algorithm by a setting
+    (``generator.kind=synther``): choose that one by its group instead."""
+    condition = origin.rpartition(" ")[2]
+    key, _, value = condition.partition("=")
+    group, _, leaf = key.partition(".")
+    if leaf in ("kind", "name") and group in ("generator", "algo"):
+        return f": choose the {group} with {group}={value}, not {key}={value}"
+    return ""
 
 
 MOVED_TO_GENERATOR = {"rollout": "generator.rollout", "dynamics": "generator.dynamics",
@@ -155,6 +282,37 @@ def moved_setting_hint(key: str, cfg) -> str:
     if parts[0] == "generator" and OmegaConf.select(cfg, "generator.kind") == "none":
         return " This run has no generator (generator=none); name one (e.g. generator=rollouts) to set its settings."
     return ""
+
+
+def check_preset_settings(cfg, config_dir, preset: str) -> None:
+    """Refuse, naming the preset's file, a preset (``configs/preset/<preset>.yaml``) that sets a setting
+    the run's generator or algorithm does not have (``generator.rollout.*`` of a MOPO preset on a run
+    with ``generator=synther``). Without this the setting would be refused as the user's own mistake."""
+    import yaml
+    from omegaconf import OmegaConf
+
+    from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.generators import GENERATORS
+
+    path = Path(config_dir) / "preset" / f"{preset}.yaml"
+    values = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    kind, algo = OmegaConf.select(cfg, "generator.kind"), OmegaConf.select(cfg, "algo.name")
+    if values.get("preset_for", algo) != algo or values.get("preset_env", cfg.env.name) != cfg.env.name:
+        return  # a preset for another algorithm or env: `check_preset` says so
+    where = f"preset {preset} (configs/preset/{preset}.yaml)"
+    if isinstance(values.get("generator"), dict) and kind in GENERATORS:
+        bad = unknown_settings(GENERATORS[kind][0], values["generator"], "generator")
+        if bad:
+            made_for = values.get("preset_for") or "its algorithm"
+            raise ConfigError(f"{where} sets {', '.join(bad)}, which generator {kind} does not have: its values are for "
+                              f"{made_for}'s own generator; leave generator= unset (or choose one with those settings), "
+                              f"or drop preset={preset}.")
+    if isinstance(values.get("algo"), dict) and algo in ALGORITHMS:
+        settings = {k: v for k, v in values["algo"].items() if k != "name"}
+        bad = unknown_settings(ALGORITHMS[algo][1], settings, "algo")
+        if bad:
+            raise ConfigError(f"{where} sets {', '.join(bad)}, which algo {algo} does not have; use the preset with "
+                              f"algo={values.get('preset_for') or '<its algorithm>'}, or drop preset={preset}.")
 
 
 def resolve_train_config(cfg):
@@ -226,19 +384,15 @@ def dataset_name(spec: str) -> str:
 
 
 def check_run_settings(cfg) -> None:
-    """The run-wide settings of a ``train`` config (outside the dataclasses): the seed, torch's thread
-    count and the device (`mbrl_offline.config.check_device`), each refused in one line."""
-    from types import SimpleNamespace
-
+    """The run-wide settings of a ``train`` config (outside the dataclasses): their types (`TrainSettings`,
+    as `compose` checks them), the seed, torch's thread count and the device
+    (`mbrl_offline.config.check_device`), each refused in one line."""
     from mbrl_offline.config import check_device, require_nonnegative
 
-    top = SimpleNamespace(seed=cfg.get("seed", 0), torch_threads=cfg.get("torch_threads"))
+    top = top_level_settings(cfg, TrainSettings)
     require_nonnegative(top, "seed", section="")
-    threads = top.torch_threads
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
-        raise ConfigError(f"torch_threads = {top.torch_threads!r} must be a whole number (or null: torch's default).")
     require_nonnegative(top, "torch_threads", section="", hint=" (0 or null: torch's default)")
-    check_device(cfg.get("device", "cpu"))
+    check_device(top.device)
 
 
 def build_trainer(cfg, callbacks=None):

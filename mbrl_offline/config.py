@@ -45,25 +45,65 @@ def plain(value):
 
 
 def config_to_dataclass(cls: type[T], values: Any, prefix: str) -> T:
-    """Build dataclass ``cls`` from a mapping; nested dataclass fields take nested mappings."""
+    """Build dataclass ``cls`` from a mapping; nested dataclass fields take nested mappings. Every value
+    goes through `parse_setting` (a boolean must be true or false, never 'no' or 1); every unknown key
+    is refused, all of them in one line. ``prefix`` is the section the user writes (``algo``,
+    ``trainer``; ``""`` for a tool's top-level settings)."""
     from omegaconf import DictConfig, OmegaConf
 
     if isinstance(values, (dict, DictConfig)):  # also converts OmegaConf nodes nested in a plain dict
         values = OmegaConf.to_container(OmegaConf.create(values), resolve=True)
     if not isinstance(values, dict):
-        raise ConfigError(f"{prefix} must be a mapping of settings, got {values!r}.")
+        raise ConfigError(f"{prefix or 'the settings'} must be a mapping of settings, got {values!r}.")
     fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = [key for key in values if key not in fields]
+    if unknown:
+        dotted = f"{prefix}." if prefix else ""
+        raise ConfigError(unknown_settings_message(
+            [(f"{dotted}{key}", did_you_mean(str(key), fields, prefix=dotted)) for key in unknown],
+            f" Valid: {', '.join(fields)}."))
     hints = typing.get_type_hints(cls)
-    kwargs = {}
-    for key, value in values.items():
-        if key not in fields:
-            hint = did_you_mean(key, fields, prefix=f"{prefix}.")
-            raise ConfigError(f"unknown setting '{prefix}.{key}'.{hint} Valid: {', '.join(fields)}.")
-        kwargs[key] = _coerce(hints[key], value, f"{prefix}.{key}")
+    kwargs = {key: parse_setting(hints[key], value, f"{prefix}.{key}" if prefix else key)
+              for key, value in values.items()}
     return cls(**kwargs)
 
 
-def _coerce(hint, value, name: str):
+def unknown_settings_message(unknown: list[tuple[str, str]], valid: str = "") -> str:
+    """The one line for settings that do not exist, each ``(name, hint)`` with its hint (`did_you_mean`,
+    or where the setting lives now): ``unknown setting 'a'. Did you mean 'b'?`` for one, ``unknown
+    settings 'a' (Did you mean 'b'?); 'c' (...)`` for several; ``valid`` (`` Valid: x, y.``) ends it."""
+    if len(unknown) == 1:
+        name, hint = unknown[0]
+        return f"unknown setting '{name}'.{hint}{valid}"
+    named = "; ".join(f"'{name}'" + (f" ({hint.strip()})" if hint.strip() else "") for name, hint in unknown)
+    return f"{len(unknown)} unknown settings: {named}.{valid}"
+
+
+def unknown_settings(cls: type, values: Any, prefix: str) -> list[str]:
+    """The dotted names (``generator.rollout``) of the keys of mapping ``values`` that dataclass ``cls``
+    (and its nested dataclass fields) does not have; ``[]`` where all are known."""
+    if not isinstance(values, dict):
+        return []
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    hints = typing.get_type_hints(cls)
+    found = []
+    for key, value in values.items():
+        if key not in fields:
+            found.append(f"{prefix}.{key}" if prefix else str(key))
+            continue
+        hint = hints[key]
+        nested = [a for a in (typing.get_args(hint) or (hint,)) if dataclasses.is_dataclass(a)]
+        if nested and isinstance(value, dict):
+            found += unknown_settings(nested[0], value, f"{prefix}.{key}" if prefix else key)
+    return found
+
+
+def parse_setting(hint, value, name: str):
+    """``value`` as a setting of type ``hint`` (bool, int, float, str, tuples, Optional of them, nested
+    dataclasses), or one `ConfigError` line naming setting ``name``. The one strict parser every config
+    value goes through, from the command line, a YAML file, a checkpoint or Python: a bool is only a real
+    true or false (never 'no', 'yes', 'False' as text, 0 or 1); an int is a whole number (2.0 too, never
+    a bool); a float any real number but a bool; a str only text; None only where ``hint`` allows it."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
         return config_to_dataclass(hint, value, name)
@@ -74,10 +114,10 @@ def _coerce(hint, value, name: str):
             if arg is type(None):
                 continue
             try:
-                return _coerce(arg, value, name)
+                return parse_setting(arg, value, name)
             except ConfigError:
                 pass
-        raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
+        raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}{_fix(hint, name)}.")
     if hint is typing.Any:
         return value
     if hint is tuple or origin is tuple:
@@ -85,22 +125,35 @@ def _coerce(hint, value, name: str):
             raise ConfigError(f"{name} = {value!r} must be a list, e.g. {name}=[a,b].")
         return tuple(value)
     if hint is bool:
-        if isinstance(value, bool):
-            return value
+        if _is_bool(value):
+            return bool(value)
     elif hint is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
+        if _is_whole(value):
+            return int(value)
         if isinstance(value, float) and value.is_integer():
             return int(value)
     elif hint is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if _is_number(value):
             return float(value)
     elif hint is str:
         if isinstance(value, str):
             return value
     else:
         return value
-    raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
+    raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}{_fix(hint, name)}.")
+
+
+_coerce = parse_setting  # its former name
+
+
+def _fix(hint, name: str) -> str:
+    """How to write a setting of type ``hint`` on the command line, where the type name does not say it."""
+    args = typing.get_args(hint) if typing.get_origin(hint) is typing.Union else (hint,)
+    if bool in args:
+        return f" (write {name}=true or {name}=false" + (f", or {name}=null)" if type(None) in args else ")")
+    if str in args:
+        return f" (text: write {name}='...' to give a number or a bool as text)"
+    return ""
 
 
 def check_field_types(config, section: str) -> None:
@@ -198,6 +251,8 @@ def config_argument(value, cls: type[T], where: str, section: str = "algo", exam
 def _type_name(hint) -> str:
     if typing.get_origin(hint) is typing.Union:
         return " or ".join("null" if arg is type(None) else _type_name(arg) for arg in typing.get_args(hint))
+    if hint is bool:
+        return "true or false"
     return getattr(hint, "__name__", None) or str(hint).replace("typing.", "")
 
 

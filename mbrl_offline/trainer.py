@@ -75,7 +75,12 @@ def earlier_run_files(run_dir: str | Path) -> list[str]:
 def check_run_dir(run_dir: str | Path, resume: bool = False, overwrite: bool = False) -> None:
     """Refuse, in one line (`CheckpointError`), to start a new run in a folder that holds an earlier
     run's files unless ``resume`` or ``overwrite`` says what to do with them. ``train()`` calls it; the
-    command-line tools call it before loading data, so the refusal comes before any work."""
+    command-line tools call it before loading data, so the refusal comes before any work. ``resume`` and
+    ``overwrite`` must be real booleans (`mbrl_offline.config.parse_setting`): a folder is never deleted
+    for a value such as ``"no"`` that merely looks true."""
+    from mbrl_offline.config import parse_setting
+
+    resume, overwrite = parse_setting(bool, resume, "resume"), parse_setting(bool, overwrite, "overwrite")
     if resume and overwrite:
         raise ConfigError("resume=true and overwrite=true contradict each other: resume continues the run in "
                           "trainer.run_dir, overwrite deletes it; choose one.")

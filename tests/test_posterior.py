@@ -406,7 +406,7 @@ def test_trainer_logs_the_posterior_statistics_to_tensorboard(tmp_path):
     published = NEUBAY.published_generator()
     dynamics = dataclasses.replace(published.dynamics, ensemble_size=4, num_elites=3, hidden_size=16, hidden_layers=2,
                                    min_epochs=0, max_epochs=2)
-    generator = dataclasses.replace(published, every=10, dynamics=dynamics,
+    generator = dataclasses.replace(published, dynamics=dynamics,
                                     posterior=dataclasses.replace(published.posterior, parallel=6))
     agent = dataclasses.replace(NEUBAYConfig(), batch_size=64, d_model=16, d_hidden=8, head_hidden=16)
     settings = TrainerConfig(epochs=2, updates_per_epoch=10, eval_every=2, eval_episodes=1, checkpoint_every=2,

@@ -76,12 +76,72 @@ def test_train_then_evaluate(tmp_path, device):
     ("device=nonsense", "error: device=nonsense is not a device; write cpu, cuda, cuda:<index> or mps."),
     ("algo=mopo env=pendulum preset=mopo-hopper-medium", "error: that preset holds the settings published for "
                                                          "hopper-medium, not for env pendulum; use env=hopper"),
+    # a boolean is true or false: 'no' is never read as true (nor 'yes', 1 or 0 as anything)
+    ("overwrite=no", "error: overwrite = 'no' has the wrong type; expected true or false (write overwrite=true or "
+                     "overwrite=false)."),
+    ("resume=yes", "error: resume = 'yes' has the wrong type; expected true or false"),
+    ("keep_freed_memory=1", "error: keep_freed_memory = 1 has the wrong type; expected true or false"),
+    ("trainer.progress=0", "error: trainer.progress = 0 has the wrong type; expected true or false"),
+    # every unknown setting at once, each with its hint, never a Hydra traceback
+    ("trainer.epoch=5 algo.etta=0.5", "error: 2 unknown settings: 'trainer.epoch' (Did you mean 'trainer.epochs'?); "
+                                      "'algo.etta' (Did you mean 'algo.eta'?)."),
+    ("algo.rollout.horizon=3 algo.rollout.rollouts_per_epoch=5",
+     "error: 2 unknown settings: 'algo.rollout.horizon' (The generator's settings are under generator.*: write "
+     "generator.rollout.horizon.); 'algo.rollout.rollouts_per_epoch' (The generator's settings are under generator.*: "
+     "write generator.rollout.rollouts_per_epoch.)."),
+    ("budget=quick generator=rollouts generator.kind=synther trainer.epoch=5",
+     "error: 5 unknown settings: 'trainer.epoch' (Did you mean 'trainer.epochs'?); 'generator.samples'; "),  # one of the user's, four of the budget's synther settings
+    ("budget=quick generator=rollouts generator.kind=synther",
+     "error: 4 unknown settings: 'generator.samples'; 'generator.edm.steps'; 'generator.train.steps'; "
+     "'generator.train.ema_every'. generator.samples, generator.edm.steps, generator.train.steps, "
+     "generator.train.ema_every are set by budget quick for runs with generator.kind=synther, but this run's config "
+     "does not have them: choose the generator with generator=synther, not generator.kind=synther."),
+    ("=5", "error: override '=5' names no setting; write setting=value, e.g. seed=5."),
+    # the preset, not the user, set what the chosen generator lacks
+    ("algo=mopo preset=mopo-hopper-medium generator=synther",
+     "error: preset mopo-hopper-medium (configs/preset/mopo-hopper-medium.yaml) sets generator.rollout, which generator "
+     "synther does not have: its values are for mopo's own generator; leave generator= unset"),
+    ("algo=neubay preset=neubay-hopper-medium generator=none",
+     "error: preset neubay-hopper-medium (configs/preset/neubay-hopper-medium.yaml) sets generator.mixing, "
+     "generator.dynamics, which generator none does not have"),
+    # a setting another makes ineffective is refused, naming both
+    ("algo=neubay generator.every=500", "error: generator.every=500 has no effect while generator.utd=0.05 schedules "
+                                        "the generations"),
 ])
 def test_bad_overrides_give_one_error_line(tmp_path, override, message):
     result = run("train.py", *override.split(), f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), result.stderr
     assert not (tmp_path / "run").exists()
+
+
+def finished_run(folder: Path) -> dict:
+    """A run folder as a finished run leaves it (run.json, metrics.jsonl, checkpoint.pt, tensorboard/):
+    ``{relative path: bytes}`` of every file in it."""
+    (folder / "tensorboard").mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"algorithm": "td3bc", "dataset": "bundled:pendulum-medium"}))
+    (folder / "metrics.jsonl").write_text('{"epoch": 1, "score": 12.5}\n{"epoch": 2, "score": 20.0}\n')
+    (folder / "checkpoint.pt").write_bytes(b"weights of two epochs of training")
+    (folder / "tensorboard" / "events.out.tfevents.1").write_bytes(b"scalars")
+    return snapshot(folder)
+
+
+def snapshot(folder: Path) -> dict:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("value", ["no", "1", "'False'"])
+def test_a_value_that_is_not_true_or_false_never_deletes_a_finished_run(tmp_path, value):
+    """``overwrite=no`` used to read 'no' as true: it deleted the run and trained again."""
+    folder = tmp_path / "run"
+    before = finished_run(folder)
+    result = run("train.py", "algo=td3bc", "algo.hidden_size=16", *RUN_TINY, f"overwrite={value}",
+                 f"trainer.run_dir={folder}", tmp_path=tmp_path)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: overwrite = ") and "expected true or false (write overwrite=true or " \
+        "overwrite=false)." in lines[0]
+    assert snapshot(folder) == before
 
 
 def test_evaluate_reports_a_missing_or_broken_checkpoint(tmp_path):

@@ -150,7 +150,7 @@ def test_a_bad_setting_is_refused_where_the_train_config_is_built():
              "algo.actor_lr=-0.001": "algo.actor_lr must be above 0, got -0.001.",
              "seed=-1": "seed must be at least 0, got -1.",
              "torch_threads=-1": "torch_threads must be at least 0 (0 or null: torch's default), got -1.",
-             "torch_threads=1.5": "torch_threads = 1.5 must be a whole number",
+             "torch_threads=1.5": "torch_threads = 1.5 has the wrong type; expected int or null.",
              "generator.dynamics.learning_rate=0": "dynamics.learning_rate must be above 0, got 0.0.",
              "trainer.divergence_q=-1": "trainer.divergence_q must be above 0, got -1.0."}
     for override, message in cases.items():
@@ -218,6 +218,17 @@ def test_a_preset_is_refused_on_another_env_and_accepted_on_its_own():
     _, _, generator, _, env = resolve_train_config(compose(CONFIGS, "train", ["algo=mopo", "env=hopper",
                                                                               "preset=mopo-hopper-medium"]))
     assert env.name == "hopper" and (generator.rollout.horizon, generator.rollout.penalty_coef) == (5, 5.0)
+
+
+def test_every_preset_resolves_on_its_own_algorithm_and_env():
+    """A preset's settings all exist in its algorithm's config and its published generator's (a setting put
+    under the wrong section, such as algo.dynamics, is refused naming the preset's file)."""
+    from mbrl_offline.cli import compose, resolve_train_config
+
+    for path in sorted((CONFIGS / "preset").glob("*.yaml")):
+        algo, env, _ = path.stem.split("-", 2)
+        resolve_train_config(compose(CONFIGS, "train", [f"algo={algo}", f"env={env}", f"preset={path.stem}",
+                                                         "preset_dataset=null"]))
 
 
 def test_a_preset_is_refused_on_other_data_of_its_env_unless_asked():

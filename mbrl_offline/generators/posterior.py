@@ -128,6 +128,10 @@ class PosteriorGeneratorConfig:
         if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
             raise ConfigError(f"generator.every must be >= 0 (0: generate once), got {self.every}.")
         require_in_range(self, "utd", low=0.0, low_open=True, section="generator", hint=" (null: use every)")
+        if self.utd is not None and self.every > 0:  # a setting the other makes ineffective is refused
+            raise ConfigError(f"generator.every={self.every} has no effect while generator.utd={self.utd} schedules the "
+                              f"generations (ceil(utd x the transitions generated) updates apart); set generator.utd=null "
+                              f"to generate every {self.every} updates, or leave generator.every at 0.")
         require_positive(self, "buffer_rows", section="generator")
 
     def check_agent(self, agent, algo_config) -> None:
