@@ -99,15 +99,23 @@ def unknown_settings(cls: type, values: Any, prefix: str) -> list[str]:
 
 
 def parse_setting(hint, value, name: str):
-    """``value`` as a setting of type ``hint`` (bool, int, float, str, tuples, Optional of them, nested
-    dataclasses), or one `ConfigError` line naming setting ``name``. The one strict parser every config
-    value goes through, from the command line, a YAML file, a checkpoint or Python: a bool is only a real
-    true or false (never 'no', 'yes', 'False' as text, 0 or 1); an int is a whole number (2.0 too, never
-    a bool); a float any real number but a bool; a str only text; None only where ``hint`` allows it."""
+    """``value`` as a setting of type ``hint`` (bool, int, float, str, tuples, dicts, lists, Optional of
+    them, nested dataclasses), or one `ConfigError` line naming setting ``name``. The one strict parser
+    every config value goes through, from the command line, a YAML file, a checkpoint or Python (each
+    config dataclass's ``__post_init__``, `check_field_types`): a bool is only a real true or false
+    (never 'no', 'yes', 'False' as text, 0 or 1); an int is a whole number (2.0 too, never a bool); a
+    float any real number but a bool; a str only text; a tuple a list or tuple; a nested config an
+    instance of it or a mapping of its settings (`config_to_dataclass`: unknown keys refused); None only
+    where ``hint`` allows it."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if dataclasses.is_dataclass(hint):
-        return config_to_dataclass(hint, value, name)
-    if origin is typing.Union:  # Optional[X] and X | None
+        if isinstance(value, hint):
+            return value
+        if isinstance(value, dict) or type(value).__name__ == "DictConfig":
+            return config_to_dataclass(hint, value, name)
+        raise ConfigError(f"{name} = {value!r} has the wrong type; expected a {hint.__name__} or a mapping of "
+                          f"its settings, e.g. {name}={{...}}.")
+    if origin is typing.Union or type(hint).__name__ == "UnionType":  # Optional[X], X | None
         if value is None and type(None) in args:
             return None
         for arg in args:
@@ -121,8 +129,8 @@ def parse_setting(hint, value, name: str):
     if hint is typing.Any:
         return value
     if hint is tuple or origin is tuple:
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"{name} = {value!r} must be a list, e.g. {name}=[a,b].")
+        if not isinstance(value, (list, tuple)) and type(value).__name__ != "ListConfig":
+            raise ConfigError(f"{name} = {value!r} must be a list or tuple, e.g. {name}=[a,b].")
         return tuple(value)
     if hint is bool:
         if _is_bool(value):
@@ -137,6 +145,12 @@ def parse_setting(hint, value, name: str):
             return float(value)
     elif hint is str:
         if isinstance(value, str):
+            return value
+    elif hint is dict or origin is dict:
+        if isinstance(value, dict) or type(value).__name__ == "DictConfig":
+            return value
+    elif hint is list or origin is list:
+        if isinstance(value, (list, tuple)) or type(value).__name__ == "ListConfig":
             return value
     else:
         return value
@@ -165,11 +179,11 @@ def check_field_types(config, section: str) -> None:
     is converted with `config_to_dataclass` (unknown keys refused); a tuple field takes a list or tuple
     (stored as a tuple); ``Optional`` fields take None. A value of another type (a scalar for a tuple, a
     string for a number, a number for a nested config) is a `ConfigError` naming ``section.field``, the
-    value and the type expected. Numbers are only checked to be numbers here: whole-number and range
-    checks are the ``require_*`` helpers' (called after this)."""
+    value and the type expected (`parse_setting`, the same parser as for every other value: a whole
+    number for an int). Range checks are the ``require_*`` helpers' (called after this)."""
     for name, hint in _field_hints(type(config)):
         value = getattr(config, name)
-        checked = _checked_value(hint, value, _setting(section, name))
+        checked = parse_setting(hint, value, _setting(section, name))
         if checked is not value:
             object.__setattr__(config, name, checked)  # frozen dataclasses too
 
@@ -182,50 +196,6 @@ def _field_hints(cls) -> list:
         hints = typing.get_type_hints(cls)
         _HINTS[cls] = [(f.name, hints[f.name]) for f in dataclasses.fields(cls) if f.init]
     return _HINTS[cls]
-
-
-def _checked_value(hint, value, name: str):
-    """``value`` if it suits ``hint`` (converted: a mapping to the nested dataclass, a list to a tuple),
-    else `ConfigError`."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is typing.Union or type(hint).__name__ == "UnionType":  # Optional[X], X | None
-        if value is None and type(None) in args:
-            return None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _checked_value(arg, value, name)
-            except ConfigError:
-                pass
-        raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
-    if dataclasses.is_dataclass(hint):
-        if isinstance(value, hint):
-            return value
-        if isinstance(value, dict) or type(value).__name__ == "DictConfig":
-            return config_to_dataclass(hint, value, name)
-        raise ConfigError(f"{name} = {value!r} has the wrong type; expected a {hint.__name__} or a mapping of "
-                          f"its settings, e.g. {name}={{...}}.")
-    wrong = False
-    if hint is tuple or origin is tuple:
-        if isinstance(value, tuple):
-            return value
-        if isinstance(value, list) or type(value).__name__ == "ListConfig":
-            return tuple(value)
-        raise ConfigError(f"{name} = {value!r} must be a list or tuple, e.g. {name}=[a,b].")
-    if hint is bool:
-        wrong = not _is_bool(value)
-    elif hint in (int, float):
-        wrong = not _is_number(value)
-    elif hint is str:
-        wrong = not isinstance(value, str)
-    elif hint is dict or origin is dict:
-        wrong = not (isinstance(value, dict) or type(value).__name__ == "DictConfig")
-    elif hint is list or origin is list:
-        wrong = not isinstance(value, (list, tuple))
-    if wrong:
-        raise ConfigError(f"{name} = {value!r} has the wrong type; expected {_type_name(hint)}.")
-    return value
 
 
 def config_argument(value, cls: type[T], where: str, section: str = "algo", example: str = "") -> T:

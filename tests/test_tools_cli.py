@@ -256,7 +256,7 @@ def test_a_list_written_with_commas_alone_gets_the_list_syntax(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     status, out, err = run_in_process("collect", ["env=pendulum", "collect.levels=random,medium",
                                                   f"collect.run_dir={tmp_path / 'run'}"], monkeypatch, capsys)
-    assert status == 2 and err == "error: collect.levels = 'random,medium' must be a list, e.g. collect.levels=[a,b].\n"
+    assert status == 2 and err == "error: collect.levels = 'random,medium' must be a list or tuple, e.g. collect.levels=[a,b].\n"
     assert list(tmp_path.iterdir()) == []
 
 
