@@ -48,6 +48,12 @@ Sizes (``--sizes``, `SIZES`): ``default``: the official ones above (rollouts of 
 per timed call, ``--repeats`` timed calls or epochs); ``quick``: tiny networks and calls, one timed
 each, to check that the script runs (the rates mean nothing).
 
+``--profile`` adds, for the update, where its time goes: torch's profiler over ``--repeats`` updates,
+each operator's own time put in one part (`PARTS`: the matrix products, the LRU's scan with its
+written-out backward, LayerNorm, the activations, the optimisers' steps, the rest), an operator run
+inside the scan or an optimiser's step counted in that part. The profiler's own cost makes the
+updates slower than the rate above; the shares are what it is for.
+
 No figures are recorded here: measure on an idle machine (docs/performance.md). ``vs_neubay.py``
 measures the official JAX code beside ours at equal sizes.
 """
@@ -250,6 +256,44 @@ def measure_updates(sizes: Sizes, device: torch.device, calls: int) -> dict:
                      "sampled_critics": agent.config.sampled_critics}}
 
 
+# Where an update's time goes (``--profile``): the first part whose test an operator's name passes; an
+# operator inside a scan or an optimiser step (its profiler parent chain) is counted in that part.
+PARTS = (
+    ("LRU scan (forward and written-out backward)", lambda name: name.startswith("_LRUScan")),
+    ("optimisers (AdamW, Adam, clipping excluded)", lambda name: name.startswith("Optimizer.step")),
+    ("matrix products", lambda name: name in ("aten::mm", "aten::bmm", "aten::baddbmm", "aten::addmm",
+                                               "aten::addbmm", "aten::matmul", "aten::linear")),
+    ("LayerNorm", lambda name: "layer_norm" in name),
+    ("activations (GELU, sigmoid, leaky ReLU, tanh)",
+     lambda name: any(f"aten::{op}" in name for op in ("gelu", "sigmoid", "leaky_relu", "tanh"))),
+)
+
+
+def profile_updates(sizes: Sizes, device: torch.device, updates: int) -> list[tuple[str, float]]:
+    """``(part, share of the profiled time)`` for ``updates`` updates, largest first (see `PARTS`)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    agent = make_agent(sizes, device)
+    buffer = filled_sequences(sizes, device)
+    mixing = Mixing(MixingConfig(rule="tape", kappa=0.05))
+    rng = torch.Generator(device=device).manual_seed(0)
+    for _ in range(2):  # warm-up
+        agent.update(mixing.sample(buffer, buffer, sizes.tape, rng))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(updates):
+            agent.update(mixing.sample(buffer, buffer, sizes.tape, rng))
+    times: dict[str, float] = {}
+    for event in prof.events():
+        part, node = None, event
+        while node is not None and part is None:  # the operator itself, then its nearest ancestor with a part
+            part = next((label for label, test in PARTS if test(node.name)), None)
+            node = node.cpu_parent
+        label = part or "other operators (elementwise, copies, reductions, indexing)"
+        times[label] = times.get(label, 0.0) + event.self_cpu_time_total
+    total = sum(times.values())
+    return sorted(((label, t / total) for label, t in times.items()), key=lambda row: -row[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="default", choices=list(SIZES))
@@ -258,6 +302,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed calls per measure (training: timed epochs); quick sizes: 1")
+    parser.add_argument("--profile", action="store_true",
+                        help="also print where the update's time goes (torch's profiler, by part)")
     parser.add_argument("--system-malloc", action="store_true",
                         help="leave glibc's malloc settings alone (training runs call keep_freed_memory on CPU)")
     args = parser.parse_args()
@@ -293,6 +339,11 @@ def main() -> None:
     peak += throughput.matmul_peak(device, readings=1 if quick else 5)
     throughput.print_rates(rows, peak, device, ("measure", "unit"), "MFLOP",
                            "(--sizes quick: tiny models; the rates mean nothing)" if quick else "")
+    if args.profile:
+        print(f"\nWhere an update's time goes (torch's profiler over {repeats} updates, each operator's own time):\n")
+        print("| part | share |\n|---|---:|")
+        for label, share in profile_updates(sizes, device, repeats):
+            print(f"| {label} | {share:.0%} |")
 
 
 if __name__ == "__main__":

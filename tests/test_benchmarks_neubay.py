@@ -71,3 +71,11 @@ def test_our_child_prints_its_result_line(tmp_path):
     result = json.loads(line[len("RESULT "):])
     assert {"rate", "rates", "peak", "work", "flops", "versions"} <= set(result)
     assert result["work"]["transitions"] == 12 and len(result["rates"]) == 1
+
+
+def test_the_update_profile_puts_every_operator_in_one_part():
+    shares = dict(neubay.profile_updates(neubay.SIZES["quick"], CPU, updates=1))
+    assert abs(sum(shares.values()) - 1) < 1e-6
+    labels = [label for label, _ in neubay.PARTS]
+    # the scan's products and sums count as the scan, the products outside it as products
+    assert shares[labels[0]] > 0 and shares["matrix products"] > 0 and shares[labels[1]] > 0
