@@ -69,7 +69,9 @@ def tiny(name: str, generator: str = "published", mixing=None):
     if published.kind == "none":
         return config, published
     fields = {f.name for f in dataclasses.fields(published)}
-    changes = {"every": 10, "mixing": mixing or published.mixing}
+    changes = {"mixing": mixing or published.mixing}
+    if getattr(published, "utd", None) is None:  # under a UTD schedule `every` has no effect (and is refused)
+        changes["every"] = 10
     if "dynamics" in fields:
         dynamics = published.dynamics  # its recipe at test sizes (an L2 weight decay per layer: none)
         changes["dynamics"] = dataclasses.replace(dynamics, **TINY_DYNAMICS,
