@@ -134,22 +134,24 @@ def test_rewards_of_two_columns_are_refused_as_not_one_column(tmp_path, hopper_d
     arrays = raw_arrays(hopper_data)
     arrays["rewards"] = np.stack([arrays["rewards"], arrays["rewards"]], axis=1)
     path = write_raw(tmp_path / "hopper_two.hdf5", **arrays)
+    assert_refused_in_one_line(path, f"{path}: 'rewards' has shape ({len(hopper_data)}, 2); it must be one column",
+                               "different lengths")
+
+
+def assert_refused_in_one_line(path, start: str, wrong_words: str) -> None:
+    """Loading ``path`` raises one `DatasetError` line that starts with ``start`` and lacks ``wrong_words``."""
     with pytest.raises(DatasetError) as excinfo:
         load_dataset(str(path))
     message = str(excinfo.value)
-    assert "\n" not in message and "different lengths" not in message
-    assert message.startswith(f"{path}: 'rewards' has shape ({len(hopper_data)}, 2); it must be one column"), message
+    assert "\n" not in message and wrong_words not in message
+    assert message.startswith(start), message
 
 
 def test_observations_stored_as_a_group_are_named_a_group_not_a_corrupt_file(tmp_path, hopper_data):
     path = write_raw(tmp_path / "hopper_group.hdf5", **raw_arrays(hopper_data, ("actions", "rewards", "terminals")))
     with h5py.File(path, "a") as f:
         f.create_group("observations").create_dataset("x", data=hopper_data.observations)
-    with pytest.raises(DatasetError) as excinfo:
-        load_dataset(str(path))
-    message = str(excinfo.value)
-    assert "\n" not in message and "corrupt" not in message
-    assert message.startswith(f"{path}: 'observations' is a group where an array is expected"), message
+    assert_refused_in_one_line(path, f"{path}: 'observations' is a group where an array is expected", "corrupt")
 
 
 def test_actions_far_outside_the_envs_bounds_load_with_a_one_line_warning(tmp_path, hopper_data):
