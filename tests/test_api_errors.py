@@ -325,7 +325,7 @@ def test_config_dataclasses_check_their_field_types_and_take_nested_mappings():
         (lambda: PGDGeneratorConfig(unet={"bse": 16})): "unknown setting 'generator.unet.bse'. Did you mean",
         (lambda: PGDGeneratorConfig(unet=16)): "generator.unet = 16 has the wrong type; expected a UNetConfig",
         (lambda: SACConfig(gamma="0.99")): "algo.gamma = '0.99' has the wrong type; expected float",
-        (lambda: SACConfig(auto_alpha="yes")): "algo.auto_alpha = 'yes' has the wrong type; expected bool",
+        (lambda: SACConfig(auto_alpha="yes")): "algo.auto_alpha = 'yes' has the wrong type; expected true or false",
         (lambda: TrainerConfig(run_dir=3)): "trainer.run_dir = 3 has the wrong type; expected str",
         (lambda: DynamicsConfig(weight_decay=1e-5)): "dynamics.weight_decay = 1e-05 must be a list or tuple",
     }
