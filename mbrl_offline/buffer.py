@@ -376,6 +376,20 @@ class MixingConfig:
             raise ConfigError(f"mixing.kappa must be between 0 and 1, got {self.kappa}; set mixing.kappa "
                               f"to the real rows' share of the loss (NEUBAY: 0.05).")
 
+    # The rules that read each setting; under another rule the setting has no effect.
+    READ_BY = {"real_ratio": ("fraction",), "real_rows": ("counts",), "kappa": ("weights", "tape")}
+
+    def check_effective(self, default: "MixingConfig", section: str = "generator.mixing") -> None:
+        """Refuse, in one line, a setting that differs from ``default`` (the generator's own mixing) but
+        that this rule does not read, e.g. ``real_ratio`` under the ``tape`` rule: it would be ignored
+        without a word."""
+        for name, rules in self.READ_BY.items():
+            value = getattr(self, name)
+            if self.rule not in rules and value != getattr(default, name):
+                raise ConfigError(f"{section}.{name} = {value} has no effect with {section}.rule={self.rule} (only "
+                                  f"the {' and '.join(rules)} rule{'s read' if len(rules) > 1 else ' reads'} it); "
+                                  f"remove the setting, or choose {section}.rule={rules[0]}.")
+
 
 def _fill_value(dtype: torch.dtype):
     """What a row lacking a field holds in it: NaN (floating), -1 (integer), False (bool)."""

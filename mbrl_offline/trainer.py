@@ -37,6 +37,7 @@ whose fingerprint must match. The update at which the generator runs next is sav
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -413,6 +414,18 @@ def run_mixing(consumes: str, generator_config=None) -> MixingConfig:
     return MixingConfig(rule="fraction", real_ratio=1.0)
 
 
+def generator_mixing_default(generator_config) -> Optional[MixingConfig]:
+    """The mixing that ``generator_config``'s class starts from (its ``mixing`` field's default), or None
+    for a config without one."""
+    fields = {f.name: f for f in dataclasses.fields(generator_config)} if dataclasses.is_dataclass(generator_config) else {}
+    field = fields.get("mixing")
+    if field is None:
+        return None
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return field.default if isinstance(field.default, MixingConfig) else None
+
+
 def check_settings(agent, algo_config, generator_config=None) -> None:
     """Every check that the settings alone decide, of an agent (its class or an instance: ``name``,
     ``consumes``), its settings and a generator's settings (None: no generator), each refused in one
@@ -421,7 +434,9 @@ def check_settings(agent, algo_config, generator_config=None) -> None:
     written; `Trainer` calls it again for parts built by hand. Checked: that the mixing rule draws what
     the agent learns from (tapes for an agent of sequences, rows otherwise), that it can fill the agent's
     batch (``mixing.real_rows`` at most ``algo.batch_size``), and the generator config's own checks of the
-    agent (its ``check_agent(agent, algo_config)``, e.g. the posterior's parallel rollouts per elite)."""
+    agent (its ``check_agent(agent, algo_config)``, e.g. the posterior's parallel rollouts per elite), and
+    that no mixing setting differs from the generator's own where the rule does not read it
+    (`MixingConfig.check_effective`: ``real_ratio`` under the ``tape`` rule would be ignored)."""
     consumes = getattr(agent, "consumes", "transitions")
     name = getattr(agent, "name", type_name(agent))
     mixing = run_mixing(consumes, generator_config)
@@ -430,6 +445,9 @@ def check_settings(agent, algo_config, generator_config=None) -> None:
                           + ("draws rows, not tapes; set generator.mixing.rule=tape." if consumes == "sequences"
                              else "draws tapes of episodes; choose another mixing rule (e.g. fraction)."))
     Mixing(mixing).real_rows(algo_config.batch_size)  # a rule that cannot fill the agent's batch fails here
+    default = generator_mixing_default(generator_config)
+    if default is not None:  # a mixing setting the rule does not read would be ignored
+        mixing.check_effective(default)
     check_agent = getattr(generator_config, "check_agent", None)
     if check_agent is not None:
         check_agent(agent, algo_config)

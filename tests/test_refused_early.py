@@ -57,6 +57,14 @@ SETTINGS_MISTAKES = {
         "neubay", PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS,
                                            posterior=PosteriorConfig(parallel=4, deterministic_actions=True)),
         ["algo=neubay", "generator.posterior.deterministic_actions=true"], "posterior.deterministic_actions=true needs"),
+    "a mixing setting the rule does not read (the fraction's share under the tape rule)": (
+        "neubay", PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS, mixing=MixingConfig(rule="tape", real_ratio=0.5)),
+        ["algo=neubay", "generator.mixing.real_ratio=0.5"],
+        r"generator.mixing.real_ratio = 0.5 has no effect with generator.mixing.rule=tape \(only the fraction rule"),
+    "a mixing setting the rule does not read (kappa under the fraction rule)": (
+        "ravl", RolloutGeneratorConfig(dynamics=SMALL_DYNAMICS, mixing=MixingConfig(kappa=0.5)),
+        ["algo=ravl", "generator.mixing.kappa=0.5"],
+        r"generator.mixing.kappa = 0.5 has no effect with generator.mixing.rule=fraction \(only the weights and tape"),
 }
 
 
@@ -78,6 +86,16 @@ def test_a_settings_mistake_is_refused_by_build_run_before_a_model_is_fitted(cas
         build_run(algo, data, generator_config=generator, trainer_config=trainer_config(tmp_path / "run"),
                   cache_dir=cache).train()
     assert list(cache.iterdir()) == [] and not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("overrides", [
+    ["algo=td3bc", "generator=synther", "generator.mixing.rule=weights"],  # SynthER's own real_ratio=0 stays unread
+    ["algo=ravl", "generator.mixing.rule=counts", "generator.mixing.real_rows=32"],
+    ["algo=neubay", "generator.mixing.kappa=0.5"],
+])
+def test_mixing_settings_the_rule_reads_or_the_generator_set_are_accepted(overrides, tmp_path):
+    cfg = compose(CONFIGS, "train", ["env=pendulum", f"trainer.run_dir={tmp_path / 'run'}", *overrides])
+    resolve_train_config(cfg)
 
 
 def test_an_agent_for_another_env_is_refused_by_trainer_before_anything_is_written(data, tmp_path):

@@ -32,7 +32,9 @@ networks: four parameter groups, each with its own chain: NaN gradients set to 0
 ``optax.zero_nans``), the group's global norm clipped to ``grad_clip`` (1000), AdamW without decay and a
 cosine schedule lr_n = lr ((1 - ratio) (1 + cos(pi min(n, N) / N)) / 2 + ratio) over N =
 ``schedule_updates`` (None: the trainer's total, `set_total_updates`) with ratio 1 for the critic
-(constant) and 0 for the actor (to 0). alpha has a plain Adam.
+(constant) and 0 for the actor (to 0). alpha has a plain Adam. The AdamW steps run as torch's fused
+kernel (``fused=True``: one pass per parameter, the same update as the per-tensor loop up to float
+rounding), and each group's norm and clipping as one operator over its gradients.
 
 Deviations from the official code, none of which changes a loss's expectation:
 
@@ -169,11 +171,10 @@ def clean_and_clip(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
     ``max_norm`` (``optax.clip_by_global_norm``, no epsilon). Returns the norm before clipping (after
     the NaNs went), without a device sync."""
     for grad in grads:
-        grad.masked_fill_(torch.isnan(grad), 0.0)
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grad) for grad in grads]))
+        torch.nan_to_num_(grad, nan=0.0, posinf=math.inf, neginf=-math.inf)
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
     factor = torch.where(norm < max_norm, torch.ones_like(norm), max_norm / norm)
-    for grad in grads:
-        grad.mul_(factor)
+    torch._foreach_mul_(grads, factor)
     return norm
 
 
@@ -312,7 +313,7 @@ class NEUBAY:
 
     def _adamw(self, modules: list[nn.Module], rates: list[float]) -> torch.optim.AdamW:
         groups = [{"params": list(module.parameters()), "lr": lr} for module, lr in zip(modules, rates)]
-        return torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=self.config.adam_eps, weight_decay=0.0)
+        return torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=self.config.adam_eps, weight_decay=0.0, fused=True)
 
     @property
     def alpha(self) -> torch.Tensor:
