@@ -4,16 +4,14 @@
     python benchmarks/vs_official.py --edge-of-reach /path/to/edge-of-reach [--pairs 3] [--threads 2]
                                      [--measures dynamics agent rollouts]
 
-`throughput.py` divides by the official figures recorded in ../shared/research/peer_speed.md, which
-were measured on one CPU (a 2-core AMD EPYC, Zen 5, fp32 matmul peak 177-186 GFLOP/s); on another CPU,
-or when the machine's speed drifts, that ratio means little. This script measures both codes here:
+A ratio to the official code's figures from another machine or another day says little (the VMs'
+speed drifts by about 10% over minutes), so this script measures both codes here:
 for each measure it runs the official code and ours in separate processes, one after the other,
 ``--pairs`` times, so that each pair shares the machine's state, and prints each pair's ratio. Each
 process also times 1024^3 fp32 matmuls before and after, as `throughput.py` does.
 
 The official side builds the official classes and runs the official training loops' bodies around
-them, on the CPU (the official scripts themselves need CUDA, D4RL and wandb), with the method of
-peer_speed.md:
+them, on the CPU (the official scripts themselves need CUDA, D4RL and wandb), each timed as follows:
 
 * agent: the update loop body (5% of a 256 batch from a 1M-row dataset buffer, the rest from a full
   1.25M-row model buffer, ``torch.cat``, ``Agent.update``) at the official defaults (10 critics,
@@ -184,7 +182,7 @@ def official_rates(checkout: Path, measure: str) -> list[float]:
         statistics_from = random_dataset(10_000)  # the input normalisers, as loading a trained model sets them
         model.ensemble.state_filter.update(statistics_from["observations"])
         model.ensemble.action_filter.update(statistics_from["actions"])
-        with torch.no_grad():  # predict no change with a small std, as in peer_speed.md
+        with torch.no_grad():  # predict no change with a small std: no rollout ends early
             for network in model.ensemble.networks.values():
                 for head in (network.net.delta, network.net.logvar):
                     head.weight.zero_()

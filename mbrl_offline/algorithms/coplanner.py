@@ -4,7 +4,8 @@ COPlanner (Wang et al., ICLR 2024; github.com/si0wang/COPlanner) is an online Dy
 plans model-rollout actions conservatively (predicted return minus alpha_c times the ensemble's
 multi-step uncertainty) and real-environment actions optimistically. It changes which actions are
 taken, never the rewards or the targets. There is no public offline port; this is the library's own
-adaptation, made as follows (../shared/research/coplanner_diffusion_baselines.md, section 1.4):
+adaptation, made as follows (the official repository has online MBPO, DMC and DreamerV2/V3 code
+only):
 
 * **Kept:** the conservative half. Every model-rollout action comes from UP-MPC
   (`mbrl_offline.generators.upmpc`) with the official defaults: K = 5 candidates from the policy,

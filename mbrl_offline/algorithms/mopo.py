@@ -22,7 +22,9 @@ stopping). lambda was tuned on that model: the penalty is the largest predicted 
 learned bounds cap, so a model whose bounds settle elsewhere changes what a given lambda means. The
 per-dataset (h, lambda) are configs: ``configs/preset/mopo-*.yaml`` (``generator.rollout.horizon``,
 ``generator.rollout.penalty_coef``). The paper's official values
-are for D4RL v0; OfflineRL-Kit's for v2 differ (../shared/research/coplanner_diffusion_baselines.md);
+are for D4RL v0 (the MOPO repository's per-dataset configs); OfflineRL-Kit's for v2 differ (the
+docstring of its ``run_example/run_mopo.py``, e.g. halfcheetah-medium h = 5, lambda = 0.5 against v0's
+h = 1, lambda = 1.0);
 the presets use OfflineRL-Kit's, since our data follow v2's conventions (true next states at time limits).
 
 Differences from OfflineRL-Kit, none of which changes the losses: the update order is alpha, actor,

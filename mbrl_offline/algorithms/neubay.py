@@ -33,8 +33,8 @@ networks: four parameter groups, each with its own chain: NaN gradients set to 0
 cosine schedule lr_n = lr ((1 - ratio) (1 + cos(pi min(n, N) / N)) / 2 + ratio) over N =
 ``schedule_updates`` (None: the trainer's total, `set_total_updates`) with ratio 1 for the critic
 (constant) and 0 for the actor (to 0). alpha has a plain Adam. The AdamW steps run as torch's fused
-kernel (``fused=True``: one pass per parameter, the same update as the per-tensor loop up to float
-rounding), and each group's norm and clipping as one operator over its gradients.
+kernel (``fused_adam``, on by default: one pass per parameter, the same update as the per-tensor loop
+up to float rounding), and each group's norm and clipping as one operator over its gradients.
 
 Deviations from the official code, none of which changes a loss's expectation:
 
@@ -103,6 +103,7 @@ class NEUBAYConfig:
     actor_lr_ratio: float = 0.0  # ... of the actor's rates (0: anneal to 0)
     adam_eps: float = 1e-8
     grad_clip: float = 1000.0  # global-norm clip, per parameter group (encoder / head of actor / critic)
+    fused_adam: bool = True  # AdamW as torch's fused kernel (one pass per parameter; rounds differently, same maths)
     backup_entropy: bool = True  # keep -alpha log pi(a'|h') in the critic target
     schedule_updates: Optional[int] = None  # length of the cosine schedules; None: the trainer's total updates
 
@@ -313,7 +314,8 @@ class NEUBAY:
 
     def _adamw(self, modules: list[nn.Module], rates: list[float]) -> torch.optim.AdamW:
         groups = [{"params": list(module.parameters()), "lr": lr} for module, lr in zip(modules, rates)]
-        return torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=self.config.adam_eps, weight_decay=0.0, fused=True)
+        return torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=self.config.adam_eps, weight_decay=0.0,
+                                 fused=self.config.fused_adam or None)
 
     @property
     def alpha(self) -> torch.Tensor:

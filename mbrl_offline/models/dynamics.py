@@ -4,8 +4,8 @@ Each member models p(s' - s, r | s, a) = N(mu(x), diag(exp(logvar(x)))) with x =
 All members are evaluated together: every layer is one batched matmul over the ensemble (no Python
 loop over members), for training, validation and prediction alike.
 
-Defaults follow the official RAVL code (itself MBPO/ReadyPolicyOne-style, see
-../shared/research/ravl_neubay.md): 7 members, 5 elites, 4 hidden layers of 200 SiLU units,
+Defaults follow the official RAVL code (anyasims/edge-of-reach, ``train_dynamics_model.py`` and
+``dynamics_training/{ensemble,net}.py``, adapted from philipjball/ReadyPolicyOne, MBPO-style): 7 members, 5 elites, 4 hidden layers of 200 SiLU units,
 normal init with std 1/(2 sqrt(fan_in)) cut at ±2 std, one pair of learnable log-variance bounds
 shared by the members with PETS' soft clamp, loss
 ``sum_members mean(logvar + (y - mu)^2 exp(-logvar)) + 0.01 (sum max_logvar - sum min_logvar)``,
