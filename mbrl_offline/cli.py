@@ -433,17 +433,8 @@ HELP_FLAGS = ("-h", "--help")
 CFG_FLAGS = ("-c", "--cfg")
 
 # Where each config section's settings are documented: the dataclass they fill, or the config files.
+# The algo and generator sections are written from the registries (`setting_docs`).
 SETTING_DOCS = {
-    "algo": "the fields of the algorithm's config dataclass (mbrl_offline/algorithms/<name>.py: RAVLConfig, "
-            "MOPOConfig, MOBILEConfig, COPlannerConfig, TD3BCConfig, IQLConfig)",
-    "generator": "the fields of RolloutGeneratorConfig (mbrl_offline/generators/rollouts.py: generator.rollout.*, "
-                 "generator.dynamics.*, generator.mixing.*, generator.every); generator=synther has "
-                 "SyntherGeneratorConfig's (mbrl_offline/generators/synther.py: generator.denoiser.*, "
-                 "generator.edm.*, generator.train.*, generator.samples, generator.mixing.*); generator=pgd has "
-                 "PGDGeneratorConfig's (mbrl_offline/generators/pgd.py: generator.unet.*, generator.edm.*, "
-                 "generator.train.*, generator.guidance.*); generator=none has only NoGeneratorConfig's "
-                 "(mbrl_offline/generators/__init__.py); generator=<algo> starts from that algorithm's published "
-                 "generator",
     "trainer": "the fields of TrainerConfig (mbrl_offline/trainer.py)",
     "env": "env.name and env.dataset (a bundled name, D4RL .hdf5 file or Minari id; null: the env's default), "
            "configs/env/<name>.yaml; the env registry is mbrl_offline/data/envs.py",
@@ -455,6 +446,32 @@ SETTING_DOCS = {
     "bandit": "the fields of BanditConfig (mbrl_offline/bandit.py); bandit=cpu (CPU sizes) or bandit=paper (the "
               "official sizes), configs/bandit/<name>.yaml",
 }
+
+
+@functools.lru_cache(maxsize=None)
+def setting_docs() -> dict[str, str]:
+    """`SETTING_DOCS` with the ``algo`` and ``generator`` sections, each naming the config dataclass of
+    every registered algorithm and generator kind and the module that holds it (so that a new one
+    appears in every tool's ``--help`` without an edit here)."""
+    from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.generators import GENERATORS
+
+    def where(cls) -> str:  # the class's file, from the package's folder on
+        path = Path(sys.modules[cls.__module__].__file__)
+        return f"{path.relative_to(Path(__file__).resolve().parent.parent).as_posix()}: {cls.__name__}"
+
+    def fields(cls) -> str:  # generator.<name>, and generator.<name>.* for a nested config
+        defaults = cls()
+        return ", ".join(f"generator.{f.name}{'.*' if dataclasses.is_dataclass(getattr(defaults, f.name)) else ''}"
+                         for f in dataclasses.fields(cls) if f.name != "kind")
+
+    algos = "; ".join(f"algo={name}: {where(config)}" for name, (_, config) in ALGORITHMS.items())
+    kinds = "; ".join(f"generator={kind}: {where(config)} ({fields(config) or 'no settings'})"
+                      for kind, (config, _) in GENERATORS.items())
+    return {**SETTING_DOCS,
+            "algo": f"the fields of the algorithm's config dataclass ({algos})",
+            "generator": f"the fields of the generator kind's config dataclass ({kinds}); generator=<algo> starts "
+                         "from that algorithm's published generator (configs/generator/<algo>.yaml)"}
 
 QUOTING_NOTE = ("Values are read as Hydra overrides (lists key=[a,b], interpolations ${...}, quotes 'a b'); a "
                 "value Hydra's grammar cannot read as written, such as a file path with spaces, non-ASCII "
@@ -535,11 +552,11 @@ def tool_help(doc: str, config_dir, config_name: str, extra_settings: dict | Non
     lines += ["", f"Settings (configs/{config_name}.yaml and the files it includes), where each is documented:"]
     section_names = {name for name, _, _ in settings}
     for group, _, _ in groups:
-        if group in SETTING_DOCS and group not in section_names:
-            lines.append(f"  {group}{'.*' if group in ('algo', 'generator', 'env') else ''}: {SETTING_DOCS[group]}")
+        if group in setting_docs() and group not in section_names:
+            lines.append(f"  {group}{'.*' if group in ('algo', 'generator', 'env') else ''}: {setting_docs()[group]}")
     for name, default, comment in settings:
-        if name in SETTING_DOCS:
-            lines.append(f"  {name}.*: {SETTING_DOCS[name]}")
+        if name in setting_docs():
+            lines.append(f"  {name}.*: {setting_docs()[name]}")
         else:
             lines.append(f"  {name}={default}" + (f"  # {comment}" if comment else ""))
     for name, text in (extra_settings or {}).items():
@@ -587,7 +604,7 @@ def config_layout(config_dir, config_name: str) -> tuple[list, list]:
                     group = key.replace("optional ", "").split("@")[0].strip()
                     if (root / group).is_dir():
                         groups.setdefault(group, default)
-                    elif group in SETTING_DOCS:  # a group of the config store (trainer: defaults)
+                    elif group in setting_docs():  # a group of the config store (trainer: defaults)
                         settings.setdefault(group, ("", ""))
         for line in text.splitlines():
             match = re.match(r"^([A-Za-z_]\w*):\s*(.*?)\s*(?:#\s*(.*))?$", line)
@@ -597,7 +614,7 @@ def config_layout(config_dir, config_name: str) -> tuple[list, list]:
 
     visit(config_name)
     group_rows = [(g, sorted(p.stem for p in (root / g).glob("*.yaml")), d) for g, d in groups.items()]
-    return group_rows, [(k, v, c) for k, (v, c) in settings.items() if k not in groups or k in SETTING_DOCS]
+    return group_rows, [(k, v, c) for k, (v, c) in settings.items() if k not in groups or k in setting_docs()]
 
 
 class ToolArgumentParser:

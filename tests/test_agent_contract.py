@@ -9,8 +9,9 @@ the policy's samples, a log-probability differentiable in the actions, finite sc
 
 Agents of sequences (``consumes == "sequences"``, recurrent policies) meet the same contract on tapes:
 `history_inputs` for ``sample``/``log_prob`` (a whole history equals stepping with the carried state),
-the ``tape`` mixing rule with ``generator=none`` too, and per-row weights on tapes. Until NEUBAY is
-registered, a fake recurrent agent (`sequence_fakes.FakeRecurrent`, registered here) runs those cases.
+the ``tape`` mixing rule with ``generator=none`` too, and per-row weights on tapes. NEUBAY runs those
+cases, and so does a small fake recurrent agent (`sequence_fakes.FakeRecurrent`, registered here), so
+that they do not rest on NEUBAY's own code.
 """
 import copy
 import dataclasses

@@ -11,7 +11,7 @@ import h5py
 import pytest
 import yaml
 
-from mbrl_offline.cli import SETTING_DOCS, compose, quote_overrides
+from mbrl_offline.cli import compose, quote_overrides, setting_docs
 from mbrl_offline.errors import ConfigError
 
 from test_train_cli import RUN_TINY
@@ -77,7 +77,7 @@ def test_help_gives_purpose_groups_and_where_settings_are_documented(tool, flag,
             options = ", ".join(sorted(p.stem for p in (CONFIGS / group).glob("*.yaml")))
             assert f" {group}: {options} (default: " in out, out
         if "algo" in groups:
-            assert "algo.*: the fields of the algorithm's config dataclass (mbrl_offline/algorithms/" in out
+            assert "algo.*: the fields of the algorithm's config dataclass (algo=ravl: mbrl_offline/algorithms/" in out
             assert "trainer.*: the fields of TrainerConfig (mbrl_offline/trainer.py)" in out
             assert " seed=0 " in out and " device=cpu # cpu, cuda" in out  # top-level settings with their comments
         if tool == "collect":
@@ -87,10 +87,23 @@ def test_help_gives_purpose_groups_and_where_settings_are_documented(tool, flag,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_setting_docs_name_every_registered_algorithm_and_generator():
+    """The help's algo and generator sections come from the registries: nothing to keep by hand."""
+    from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.generators import GENERATORS
+
+    docs = setting_docs()
+    for name, (_, config) in ALGORITHMS.items():
+        assert f"algo={name}: " in docs["algo"] and config.__name__ in docs["algo"]
+    for kind, (config, _) in GENERATORS.items():
+        assert f"generator={kind}: " in docs["generator"] and config.__name__ in docs["generator"]
+    assert "NEUBAYConfig" in docs["algo"] and "generator.posterior.*" in docs["generator"]
+
+
 def test_setting_docs_name_files_and_classes_that_exist():
     """--help says where settings are documented: every file and config class it names exists."""
     sources = {p: p.read_text() for p in (ROOT / "mbrl_offline").rglob("*.py")}
-    for text in SETTING_DOCS.values():
+    for text in setting_docs().values():
         for path in re.findall(r"(?:mbrl_offline|configs)/[\w/<>.-]+", text):
             if "<" not in path:
                 assert (ROOT / path.rstrip(".,")).exists(), path
