@@ -59,8 +59,8 @@ def lru_scan(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torc
     (``keep_t = not starts_t``) runs as Hillis-Steele's scans in two levels (`_scan`): the same values
     up to float rounding, in about log2 T rounds of elementwise work, half of them over the whole
     tape. Since lambda is the same at every row, a window's coefficient is a power of lambda times a
-    0/1 column, so no per-row complex coefficient is kept. The backward is written out (`_LRUScan`: the recurrence run backwards); the tests compare it
-    with autograd through `lru_scan_reference`.
+    0/1 column, so no per-row complex coefficient is kept. The backward is written out (`_LRUScan`: the
+    recurrence run backwards); the tests compare it with autograd through `lru_scan_reference`.
     """
     dtype = bx.dtype
     h0 = h0.to(dtype).expand(*bx.shape[:-2], bx.shape[-1])  # a state shared by every row: its gradient sums
