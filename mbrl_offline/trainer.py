@@ -417,13 +417,13 @@ def run_mixing(consumes: str, generator_config=None) -> MixingConfig:
 def generator_mixing_default(generator_config) -> Optional[MixingConfig]:
     """The mixing that ``generator_config``'s class starts from (its ``mixing`` field's default), or None
     for a config without one."""
-    fields = {f.name: f for f in dataclasses.fields(generator_config)} if dataclasses.is_dataclass(generator_config) else {}
-    field = fields.get("mixing")
-    if field is None:
+    if not dataclasses.is_dataclass(generator_config):
         return None
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return field.default if isinstance(field.default, MixingConfig) else None
+    for field in dataclasses.fields(generator_config):
+        if field.name == "mixing":
+            default = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
+            return default if isinstance(default, MixingConfig) else None
+    return None
 
 
 def check_settings(agent, algo_config, generator_config=None) -> None:

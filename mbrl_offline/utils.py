@@ -154,7 +154,7 @@ def keep_freed_memory() -> bool:
       returned to the OS when freed. Rollouts (50,000 starts: 51 MB activations) and dynamics
       training's evaluation passes allocate many such blocks: 582,000 faults and 1.0 s of system time
       per rollout call of ``benchmarks/throughput.py``. Here every block comes from the heap
-      (``M_MMAP_MAX`` 0), and a freed one is reused: 23,000 faults, and 1.5x the transitions/s
+      (``M_MMAP_MAX`` 0), and a freed one is reused: 14,000 faults, and 1.56x the transitions/s
       (docs/performance.md).
 
     The cost: the process keeps its peak heap (up to 1 GiB of free memory) instead of returning it.

@@ -5,9 +5,9 @@ All members are evaluated together: every layer is one batched matmul over the e
 loop over members), for training, validation and prediction alike.
 
 Defaults follow the official RAVL code (anyasims/edge-of-reach, ``train_dynamics_model.py`` and
-``dynamics_training/{ensemble,net}.py``, adapted from philipjball/ReadyPolicyOne, MBPO-style): 7 members, 5 elites, 4 hidden layers of 200 SiLU units,
-normal init with std 1/(2 sqrt(fan_in)) cut at ±2 std, one pair of learnable log-variance bounds
-shared by the members with PETS' soft clamp, loss
+``dynamics_training/{ensemble,net}.py``, adapted from philipjball/ReadyPolicyOne, MBPO-style): 7
+members, 5 elites, 4 hidden layers of 200 SiLU units, normal init with std 1/(2 sqrt(fan_in)) cut at
+±2 std, one pair of learnable log-variance bounds shared by the members with PETS' soft clamp, loss
 ``sum_members mean(logvar + (y - mu)^2 exp(-logvar)) + 0.01 (sum max_logvar - sum min_logvar)``,
 per-layer L2 weight decay, Adam at 1e-3, batch 256, 20% holdout, bootstrap resampling, early
 stopping on the holdout MSE (a member improves when its error drops by more than 1%; stop after 5

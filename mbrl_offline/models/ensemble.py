@@ -155,8 +155,8 @@ class EnsembleMLP(nn.Module):
         Autograd's ``grad(create_graph=True)`` would need a second forward, and its double backward
         also differentiates ReLU's backward (whose derivative is zero): about twice the matmuls (measured
         on CORL's EDAC term, ``autograd.grad(create_graph=True)`` on a ReLU critic ensemble: 4 critic
-        forwards' worth of products for its double backward, where 2 suffice). Only ReLU networks without LayerNorm have this
-        piecewise-linear form.
+        forwards' worth of products for its double backward, where 2 suffice). Only ReLU networks
+        without LayerNorm have this piecewise-linear form.
         """
         if not self.relu_only:
             raise ValueError("forward_with_input_gradient needs a ReLU network without LayerNorm")
