@@ -515,3 +515,14 @@ def tape_weights(starts: torch.Tensor, synthetic: torch.Tensor, kappa: float) ->
     real_mask, fake_mask = mask * real, mask * (1.0 - real)
     return (kappa * real_mask / real_mask.sum().clamp(min=1.0)
             + (1.0 - kappa) * fake_mask / fake_mask.sum().clamp(min=1.0))
+
+
+def run_mixing(consumes: str, generator_config=None) -> MixingConfig:
+    """The mixing rule of a run: the generator's (``generator_config.mixing``); without a generator (None
+    or ``kind='none'``) every row is real: tapes of the dataset (``kappa`` 1) for an agent of sequences,
+    else rows (``real_ratio`` 1)."""
+    if generator_config is not None and getattr(generator_config, "mixing", None) is not None:  # none has none
+        return generator_config.mixing
+    if consumes == "sequences":  # tapes of the dataset alone: every row real, a plain masked mean
+        return MixingConfig(rule="tape", kappa=1.0)
+    return MixingConfig(rule="fraction", real_ratio=1.0)

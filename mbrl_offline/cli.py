@@ -23,6 +23,8 @@ from mbrl_offline.errors import ConfigError, MbrlOfflineError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the tools' Hydra configs
+
 
 def cli_main(fn: F) -> F:
     """Print library errors as one line and exit with status 2 instead of a traceback."""
@@ -39,26 +41,37 @@ def cli_main(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def register_config_defaults() -> None:
-    """Put every config dataclass's defaults in Hydra's config store, so the YAML files extend them
+def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
+    """Put every config dataclass's defaults in Hydra's config store, so that the YAML files extend them
     (``trainer: defaults``, ``algo/ravl.yaml`` -> ``ravl_defaults``, ``generator/ravl.yaml`` -> RAVL's published
     generator, ``generator/rollouts.yaml`` -> ``rollouts_defaults``, ``sweep/*.yaml`` -> ``sweep_defaults``)
-    instead of repeating them."""
+    instead of repeating them, and so that every registered family (`mbrl_offline.registry`, plugins
+    included) is a config group option: ``algo=<name>`` (its config's defaults and its name),
+    ``generator=<name>`` (its published generator) and ``generator=<kind>`` (the generator's defaults),
+    each from the registry wherever ``config_dir`` has no YAML file of that name."""
     from hydra.core.config_store import ConfigStore
 
-    from mbrl_offline.algorithms import ALGORITHMS
-    from mbrl_offline.generators import GENERATORS
+    import mbrl_offline.algorithms  # noqa: F401  (importing registers the library's families)
+    import mbrl_offline.generators  # noqa: F401
+    from mbrl_offline import registry
     from mbrl_offline.trainer import TrainerConfig
     from mbrl_offline.tune import SweepConfig
 
+    has_yaml = (lambda group, name: (Path(config_dir) / group / f"{name}.yaml").is_file()) if config_dir else (
+        lambda group, name: False)
     store = ConfigStore.instance()
     store.store(group="trainer", name="defaults", node=config_to_dict(TrainerConfig()))
     store.store(group="sweep", name="sweep_defaults", node=config_to_dict(SweepConfig()))
-    for name, (agent_cls, config_cls) in ALGORITHMS.items():
-        store.store(group="algo", name=f"{name}_defaults", node=config_to_dict(config_cls()))
-        store.store(group="generator", name=f"{name}_defaults", node=config_to_dict(agent_cls.published_generator()))
-    for kind, (config_cls, _) in GENERATORS.items():
-        store.store(group="generator", name=f"{kind}_defaults", node=config_to_dict(config_cls()))
+    nodes = []  # (group, name, settings)
+    for name, (agent_cls, config_cls) in registry.agents().items():
+        nodes.append(("algo", name, {**config_to_dict(config_cls()), "name": name}))
+        nodes.append(("generator", name, config_to_dict(agent_cls.published_generator())))
+    for kind, (config_cls, _) in registry.generators().items():
+        nodes.append(("generator", kind, config_to_dict(config_cls())))
+    for group, name, node in nodes:
+        store.store(group=group, name=f"{name}_defaults", node=node)
+        if not has_yaml(group, name):
+            store.store(group=group, name=name, node=node)
 
 
 @dataclasses.dataclass
@@ -193,7 +206,7 @@ def _compose(config_dir: str, config_name: str, overrides: list[str]):
     from omegaconf import OmegaConf, open_dict
     from omegaconf.errors import OmegaConfBaseException
 
-    register_config_defaults()
+    register_config_defaults(config_dir)
     unknown: list[tuple[str, list[str]]] = []  # (key, the overrides that set it)
     remaining = list(overrides)
     with initialize_config_dir(config_dir=str(Path(config_dir).resolve()), version_base="1.3"):
@@ -315,36 +328,41 @@ def check_preset_settings(cfg, config_dir, preset: str) -> None:
                               f"algo={values.get('preset_for') or '<its algorithm>'}, or drop preset={preset}.")
 
 
+def train_sections(cfg):
+    """``(agent class, algorithm config, generator config, trainer config)`` of a composed ``train``
+    config: each section converted to its dataclass, every setting held to its type; the checks of
+    the sections together are `resolve_train_config`'s (and ``build_run``'s)."""
+    from mbrl_offline.algorithms import get_algorithm
+    from mbrl_offline.generators import generator_config
+    from mbrl_offline.trainer import TrainerConfig
+
+    agent_cls, config_cls = get_algorithm(cfg.algo.name)
+    algo_config = config_to_dataclass(config_cls, {k: v for k, v in cfg.algo.items() if k != "name"}, "algo")
+    return (agent_cls, algo_config, generator_config(cfg.generator),
+            config_to_dataclass(TrainerConfig, cfg.trainer, "trainer"))
+
+
 def resolve_train_config(cfg):
     """The parts of a composed ``train`` config, each checked: ``(agent class, algorithm config,
     generator config, trainer config, env info)``. Raises `ConfigError` on any bad key or value, on
     a generator the agent cannot learn from, on a preset made for another algorithm or env, on a device
     this machine lacks and on a run folder or model cache that cannot be written (`check_run_settings`,
     `mbrl_offline.config.check_writable_dir`)."""
-    from mbrl_offline.algorithms import get_algorithm
     from mbrl_offline.compose import check_pair
     from mbrl_offline.data.envs import get_env_info
-    from mbrl_offline.generators import generator_config
-    from mbrl_offline.trainer import TrainerConfig
 
-    agent_cls, config_cls = get_algorithm(cfg.algo.name)
     env = get_env_info(cfg.env.name)
     check_preset(cfg, env.name, cfg.env.get("dataset") or env.default_dataset)
     check_run_settings(cfg)
-    algo_config = config_to_dataclass(config_cls, {k: v for k, v in cfg.algo.items() if k != "name"}, "algo")
-    gen_config = generator_config(cfg.generator)
+    agent_cls, algo_config, gen_config, trainer_config = train_sections(cfg)
     check_pair(agent_cls, gen_config, algo_config)
-    trainer_config = config_to_dataclass(TrainerConfig, cfg.trainer, "trainer")
     check_writable_dir(trainer_config.run_dir, "trainer.run_dir")
-    learned_dynamics = (getattr(gen_config, "dynamics", None) is not None
-                        and not getattr(gen_config, "true_dynamics", False))
-    diffusion = getattr(gen_config, "edm", None) is not None  # the diffusion generators
-    if (learned_dynamics or diffusion) and not cfg.get("dynamics_path"):  # a model will be fitted and cached
+    fitted = gen_config.fitted_model()  # the cache folder of a model that will be fitted (declared)
+    if fitted is not None and not cfg.get("dynamics_path"):
         from mbrl_offline.cache import cache_root
 
         # (a read-only cache may still hold the model: only a path that can never be a folder is refused)
-        check_writable_dir(cfg.get("dynamics_cache") or cache_root() / ("diffusion" if diffusion else "dynamics"),
-                           "dynamics_cache", permissions=False)
+        check_writable_dir(cfg.get("dynamics_cache") or cache_root() / fitted, "dynamics_cache", permissions=False)
     return agent_cls, algo_config, gen_config, trainer_config, env
 
 
@@ -453,25 +471,29 @@ def setting_docs() -> dict[str, str]:
     """`SETTING_DOCS` with the ``algo`` and ``generator`` sections, each naming the config dataclass of
     every registered algorithm and generator kind and the module that holds it (so that a new one
     appears in every tool's ``--help`` without an edit here)."""
-    from mbrl_offline.algorithms import ALGORITHMS
-    from mbrl_offline.generators import GENERATORS
+    import mbrl_offline.algorithms  # noqa: F401  (importing registers the library's families)
+    import mbrl_offline.generators  # noqa: F401
+    from mbrl_offline import registry
 
-    def where(cls) -> str:  # the class's file, from the package's folder on
-        path = Path(sys.modules[cls.__module__].__file__)
-        return f"{path.relative_to(Path(__file__).resolve().parent.parent).as_posix()}: {cls.__name__}"
+    def where(cls) -> str:  # the class's file, from the package's folder on (a plugin's: its module)
+        path = Path(sys.modules[cls.__module__].__file__).resolve()
+        root = Path(__file__).resolve().parent.parent
+        if not path.is_relative_to(root):
+            return f"{cls.__module__}.{cls.__name__}"
+        return f"{path.relative_to(root).as_posix()}: {cls.__name__}"
 
     def fields(cls) -> str:  # generator.<name>, and generator.<name>.* for a nested config
         defaults = cls()
         return ", ".join(f"generator.{f.name}{'.*' if dataclasses.is_dataclass(getattr(defaults, f.name)) else ''}"
                          for f in dataclasses.fields(cls) if f.name != "kind")
 
-    algos = "; ".join(f"algo={name}: {where(config)}" for name, (_, config) in ALGORITHMS.items())
+    algos = "; ".join(f"algo={name}: {where(config)}" for name, (_, config) in registry.agents().items())
     kinds = "; ".join(f"generator={kind}: {where(config)} ({fields(config) or 'no settings'})"
-                      for kind, (config, _) in GENERATORS.items())
+                      for kind, (config, _) in registry.generators().items())
     return {**SETTING_DOCS,
             "algo": f"the fields of the algorithm's config dataclass ({algos})",
             "generator": f"the fields of the generator kind's config dataclass ({kinds}); generator=<algo> starts "
-                         "from that algorithm's published generator (configs/generator/<algo>.yaml)"}
+                         "from that algorithm's published generator (its published_generator())"}
 
 QUOTING_NOTE = ("Values are read as Hydra overrides (lists key=[a,b], interpolations ${...}, quotes 'a b'); a "
                 "value Hydra's grammar cannot read as written, such as a file path with spaces, non-ASCII "

@@ -1,28 +1,40 @@
-"""The four roles of the spine, written as typed protocols: what `mbrl_offline.trainer.Trainer` needs from
-an agent, a policy, a generator and a mixing rule, and nothing more.
+"""The contract of the spine, written as code: what `mbrl_offline.trainer.Trainer` needs from an agent,
+a policy, a generator and a mixing rule (the instance protocols `Agent`, `Policy`, `EpisodePolicy`,
+`Generator`, `Mixing`), what the registries need from an agent class and a generator class (the class
+protocols `AgentClass` and `GeneratorClass`), and the settings every generator has (`GeneratorConfig`).
 
 The trainer composes them: it asks the *generator* (if there is one) for synthetic data from the
 agent's *policy* on its schedule, draws each batch from the real and the synthetic buffer with the
 *mixing* rule, and hands it to the *agent*. Any agent meets any generator this way; nothing in the
-trainer names an algorithm. ``tests/test_agent_contract.py`` checks every registered agent against
-`Agent` and `Policy`, and every registered generator against `Generator`.
+trainer names an algorithm, and `mbrl_offline.compose.check_pair` is the one place that judges whether
+an agent and a generator fit together, from their classes' declarations alone.
+
+A family is added by one module: a class meeting `AgentClass` (or `GeneratorClass`) registered with
+`mbrl_offline.registry.register_agent` (or ``register_generator``), which checks the class members at
+registration. ``tests/test_agent_contract.py`` runs the behavioural contract over every registered agent
+and generator, a user's own included (`mbrl_offline.registry`, ``docs/contributing.md``).
 
 Agents learn from transitions or from sequences (``consumes``), and generators produce one or the
 other (``produces``); the trainer keeps each in the buffer that fits (`mbrl_offline.buffer`). A
-recurrent policy (NEUBAY's) reads `history_inputs` and carries a state; evaluation goes through the
-agent's `EpisodePolicy`, which carries that state through each real episode.
+recurrent policy (NEUBAY's) reads `mbrl_offline.policies.history_inputs` and carries a state;
+evaluation goes through the agent's `EpisodePolicy`, which carries that state through each real
+episode. Helpers that are not protocols (feed-forward agents' common parts, `FunctionPolicy`, ...) are in
+`mbrl_offline.policies`.
 
 The protocols are ``runtime_checkable``: ``isinstance(x, Agent)`` checks that the members exist (not
-their signatures); the type checker checks the rest.
+their signatures); the type checker and the registration checks do the rest.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, runtime_checkable
 
 import numpy as np
 import torch
 
-from mbrl_offline.errors import InputError, InputTypeError, type_name
+from mbrl_offline.buffer import MixingConfig
+from mbrl_offline.config import check_field_types, require_in_range
+from mbrl_offline.errors import ConfigError
 
 Batch = dict[str, torch.Tensor]
 
@@ -40,7 +52,7 @@ class Policy(Protocol):
 
     A feed-forward policy (``recurrent`` False) reads observations ``(B, obs_dim)`` (``input_dim`` =
     obs_dim), keeps no state (``initial_state`` and the returned state are ``None``) and ignores
-    ``starts``. A recurrent policy (NEUBAY's) reads `history_inputs` rows ``(B, input_dim)`` with
+    ``starts``. A recurrent policy (NEUBAY's) reads `mbrl_offline.policies.history_inputs` rows ``(B, input_dim)`` with
     ``input_dim`` = obs_dim + act_dim + 1, one step, or a whole history ``(B, T, input_dim)``; ``starts``
     ``(B,)`` or ``(B, T)`` marks the rows where an episode starts (the state is reset there); ``state``
     is the one carried in (``initial_state(B)`` for a fresh rollout; None means that too), and
@@ -67,21 +79,6 @@ class Policy(Protocol):
         ...
 
 
-def history_inputs(observations: torch.Tensor, previous_actions: torch.Tensor, previous_rewards: torch.Tensor,
-                   starts: torch.Tensor) -> torch.Tensor:
-    """A recurrent policy's input rows ``[s_t, a_{t-1}, r_{t-1}]`` ``(B, obs_dim + act_dim + 1)`` from
-    observations ``(B, obs_dim)``, the previous step's actions ``(B, act_dim)`` and rewards ``(B,)``, with
-    zeros for the previous action and reward where ``starts`` ``(B,)`` (bool) marks an episode's first
-    step (there is none before it). ``r_{t-1}`` is the reward received on reaching ``s_t`` (NEUBAY's
-    ``[s_t, a_{t-1}, r_t]`` in its own indexing)."""
-    keep = ~starts.to(torch.bool)
-    actions = torch.where(keep[:, None], previous_actions, torch.zeros((), dtype=previous_actions.dtype,
-                                                                       device=previous_actions.device))
-    rewards = torch.where(keep, previous_rewards, torch.zeros((), dtype=previous_rewards.dtype,
-                                                              device=previous_rewards.device))
-    return torch.cat([observations, actions.to(observations.dtype), rewards.to(observations.dtype)[:, None]], dim=-1)
-
-
 @runtime_checkable
 class EpisodePolicy(Protocol):
     """A policy acting in real episodes (evaluation, `mbrl_offline.evaluation.evaluate_policy`): numpy in,
@@ -99,21 +96,6 @@ class EpisodePolicy(Protocol):
     def __call__(self, observations: np.ndarray, rewards: np.ndarray, starts: np.ndarray,
                  rows: np.ndarray) -> np.ndarray:
         ...
-
-
-class ActEpisodePolicy:
-    """The `EpisodePolicy` of a feed-forward agent: its ``act(observations, deterministic)``, nothing
-    else (so evaluation is the same call, bit for bit, as before episode policies existed)."""
-
-    def __init__(self, agent, deterministic: bool):
-        self.agent, self.deterministic = agent, deterministic
-
-    def reset(self, episodes: int) -> None:
-        pass
-
-    def __call__(self, observations: np.ndarray, rewards: np.ndarray = None, starts: np.ndarray = None,
-                 rows: np.ndarray = None) -> np.ndarray:
-        return self.agent.act(observations, deterministic=self.deterministic)
 
 
 @runtime_checkable
@@ -149,7 +131,7 @@ class Agent(Protocol):
         """Action(s) for one observation or a batch, as numpy: the policy's mode (evaluation in the real
         env) or a sample. Callers pass ``deterministic``; the agents' defaults differ (SAC samples, as
         data collection wants; TD3+BC and IQL give the mode). Observations of another shape, or
-        with NaN or infinite values, raise `mbrl_offline.errors.InputError` (`checked_observations`)."""
+        with NaN or infinite values, raise `mbrl_offline.errors.InputError` (`mbrl_offline.policies.checked_observations`)."""
         ...
 
     def episode_policy(self, deterministic: bool) -> EpisodePolicy:
@@ -218,88 +200,136 @@ class Mixing(Protocol):
         ...
 
 
-class FeedForwardAgent:
-    """What every agent with a feed-forward policy shares (SAC and its settings, TD3+BC, IQL): the agent
-    is its own policy (`Policy`: it adds ``sample`` and ``log_prob``), keeps no recurrent state, learns
-    from transition rows and, unless it says otherwise, needs no dynamics model of the generator."""
 
-    recurrent = False  # the policy role: a feed-forward policy
-    needs_dynamics = False  # whether the agent's own losses use the generator's dynamics model (MOBILE)
-    consumes = "transitions"  # the data it learns from: transition rows (not sequences; `SEQUENCE_KINDS`)
 
-    @property
-    def policy(self):
-        """The policy generators roll out: this agent's actor (``sample``, ``log_prob``)."""
-        return self
+@runtime_checkable
+class AgentClass(Protocol):
+    """What the registry (`mbrl_offline.registry.register_agent`), `mbrl_offline.compose.build_run`, the
+    command line and `mbrl_offline.algorithms.load_policy` need from an agent's class, before any
+    instance exists. `mbrl_offline.registry.check_agent_class` checks these members at registration.
 
-    @property
-    def input_dim(self) -> int:
-        """The policy reads observations: ``obs_dim``."""
-        return self.obs_dim
+    - ``name``: the registry's name (``algo=<name>``), unique.
+    - ``summary`` and ``defaults_from``: what it is, and the code its defaults come from, one line each
+      (the docs' tables, `mbrl_offline.doc_tables`).
+    - ``config_class``: its settings, a dataclass whose defaults are the published settings, with a
+      ``batch_size`` field (rows per batch, or the tape's length for an agent of sequences).
+    - ``consumes``: what it learns from, one of `SEQUENCE_KINDS`.
+    - ``recurrent``: whether its policy carries a state (reads `mbrl_offline.policies.history_inputs`).
+    - ``needs_dynamics``: whether its own losses use the generator's dynamics model (MOBILE's penalty);
+      the generator hands it over as the ``dynamics`` part (`GeneratorClass.provides_dynamics`).
+    - ``divergence_metric``: the metric of ``update`` (an estimate of the value) that the trainer's
+      divergence guard watches (``trainer.divergence_q``), or None for none.
+    - ``published_generator()``: the generator config it was published with (``generator=`` unset).
+    - ``for_dataset(dataset, config=None, device="cpu", **parts)``: the agent for a dataset's env (sizes,
+      action bounds, and whatever it takes from the data: IQL's reward scale, TD3+BC's state
+      statistics); ``parts`` are the generator's parts the agent needs (``dynamics``).
+    - the constructor ``(obs_dim, act_dim, action_low, action_high, config, device, **parts)``: the agent
+      for an env without data, which `load_policy` fills from a checkpoint.
+    """
 
-    def initial_state(self, batch_size: int) -> None:
-        """No recurrent state: None."""
+    name: str
+    summary: str
+    defaults_from: str
+    config_class: type
+    consumes: str
+    recurrent: bool
+    needs_dynamics: bool
+    divergence_metric: Optional[str]
+
+    @classmethod
+    def published_generator(cls) -> Any:
+        ...
+
+    @classmethod
+    def for_dataset(cls, dataset, config=None, device: str | torch.device = "cpu", **parts) -> Agent:
+        ...
+
+
+@runtime_checkable
+class GeneratorClass(Protocol):
+    """What the registry (`mbrl_offline.registry.register_generator`), `mbrl_offline.compose.check_pair`
+    and `mbrl_offline.generators.build_generator` need from a generator's class.
+    `mbrl_offline.registry.check_generator_class` checks these members at registration.
+
+    - ``config_class``: its settings, a `GeneratorConfig` subclass whose ``kind`` default is the
+      registry's name (``generator=<kind>``).
+    - ``summary``: what it gives, one line (the docs' tables, `mbrl_offline.doc_tables`).
+    - ``produces``: what ``generate`` returns, one of `SEQUENCE_KINDS`.
+    - ``recurrent_policy``: whether ``generate`` can roll out a recurrent policy (one that carries a
+      state); a generator that cannot is refused for a recurrent agent by ``check_pair``.
+    - ``provides_dynamics``: whether instances have a ``dynamics`` model (`mbrl_offline.models.dynamics`'s
+      interface) to hand to an agent whose losses need one (``AgentClass.needs_dynamics``).
+    - ``for_dataset(config, dataset, device, cache_dir, model_path, progress)``: the generator for a
+      dataset, its model fitted on it, loaded from ``model_path`` or from the cache in ``cache_dir``.
+    """
+
+    config_class: type
+    summary: str
+    produces: str
+    recurrent_policy: bool
+    provides_dynamics: bool
+
+    @classmethod
+    def for_dataset(cls, config, dataset, device: str | torch.device = "cpu", cache_dir=None, model_path=None,
+                    progress: bool = True) -> Generator:
+        ...
+
+
+@dataclass
+class GeneratorConfig:
+    """The settings every generator has, checked once here: its ``kind`` (the registry's name), its
+    schedule (``every`` or ``utd``) and the batches' ``mixing`` rule. A generator's own config subclasses
+    it (a dataclass), redeclares the defaults that differ (at least ``kind``) and adds its own settings;
+    its ``__post_init__`` calls this one's first.
+
+    The schedule: generations come before the first update and then every ``every`` updates (0: only
+    before the first), or, where ``utd`` is set, ``max(1, ceil(utd * N))`` updates after a generation
+    of N transitions (NEUBAY's update-to-data ratio; ``mbrl_offline.trainer``). Setting ``every`` under
+    a ``utd`` schedule would have no effect, and is refused. A mixing setting that differs from the
+    class's default but that the chosen rule does not read is refused too
+    (`mbrl_offline.buffer.MixingConfig.check_effective`).
+    """
+
+    kind: str = ""  # the registry's name: each subclass redeclares it with its own
+    every: int = 0  # updates between generations; 0: generate once, at the start
+    utd: Optional[float] = None  # update-to-data ratio schedule (see above); null: ``every`` schedules
+    mixing: MixingConfig = field(default_factory=MixingConfig)  # real and synthetic rows per batch
+
+    def __post_init__(self):
+        check_field_types(self, "generator")  # types first; nested mappings become configs
+        kind = self.default_kind()
+        if self.kind != kind:
+            raise ConfigError(f"a {type(self).__name__} has kind '{kind}', not '{self.kind}'.")
+        if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
+            raise ConfigError(f"generator.every must be >= 0 (0: generate once), got {self.every}.")
+        require_in_range(self, "utd", low=0.0, low_open=True, section="generator", hint=" (null: use every)")
+        if self.utd is not None and self.every > 0:  # a setting the other makes ineffective is refused
+            raise ConfigError(f"generator.every={self.every} has no effect while generator.utd={self.utd} schedules the "
+                              f"generations (ceil(utd x the transitions generated) updates apart); set generator.utd=null "
+                              f"to generate every {self.every} updates, or leave generator.every at 0.")
+        self.mixing.check_effective(self.default_mixing())
+
+    @classmethod
+    def default_kind(cls) -> str:
+        """The ``kind`` this class declares (its field's default)."""
+        return cls.__dataclass_fields__["kind"].default
+
+    @classmethod
+    def default_mixing(cls) -> MixingConfig:
+        """The class's default mixing rule, which `MixingConfig.check_effective` compares settings with."""
+        return cls.__dataclass_fields__["mixing"].default_factory()
+
+    def fitted_model(self) -> Optional[str]:
+        """The model cache's folder (under `mbrl_offline.cache.cache_root`) that building this generator
+        fits a model into, unless a model file is given: ``"dynamics"``, ``"diffusion"``, or None where
+        nothing is fitted. The command line checks that it can be written before any work."""
         return None
 
-    def episode_policy(self, deterministic: bool) -> ActEpisodePolicy:
-        """``act(observations, deterministic)`` on each step (`ActEpisodePolicy`)."""
-        return ActEpisodePolicy(self, deterministic)
+    def check_dataset(self, dataset, model_path=None) -> None:
+        """Refuse, in one line, a dataset this generator's model cannot be fitted on (too few rows for
+        its batches and holdout), before anything is fitted or written; ``model_path``: a saved model is
+        used instead of a fit."""
 
-    def act_input(self, obs) -> torch.Tensor:
-        """What every agent's ``act`` does first: `checked_observations` for this agent's ``obs_dim``
-        (one observation or a batch, finite numbers) as a float32 tensor on its device."""
-        return checked_observations(obs, self.obs_dim, self.device, f"{self.name}.act")
-
-
-def checked_observations(obs, obs_dim: int, device, where: str = "act") -> torch.Tensor:
-    """``obs`` (a numpy array, a list or a tensor) as a float32 tensor on ``device``, after checking
-    what a policy can act on: numbers (else `InputTypeError`), one observation ``(obs_dim,)`` or a batch
-    ``(B, obs_dim)`` (else `InputError`), all finite (else `InputError`: a NaN observation would give a
-    NaN action silently). Messages name ``where``, the problem and the fix. Meant for ``act`` (evaluation
-    and data collection), not for the training updates."""
-    if isinstance(obs, torch.Tensor):
-        if obs.is_complex() or obs.dtype == torch.bool:
-            raise InputTypeError(f"{where}: observations must be real numbers, got a {obs.dtype} tensor.")
-        tensor = obs.to(device=device, dtype=torch.float32)
-        finite = bool(torch.isfinite(tensor).all())  # act returns numpy, so it waits for the device anyway
-    else:
-        try:
-            if obs is None or isinstance(obs, (str, bytes, dict)):
-                raise TypeError
-            array = np.asarray(obs, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise InputTypeError(f"{where}: observations must be numbers, a numpy array of shape ({obs_dim},) or "
-                                 f"(batch, {obs_dim}), got {type_name(obs)}.") from None
-        finite = bool(np.isfinite(array).all())
-        tensor = torch.as_tensor(array, device=device)
-    if tensor.dim() not in (1, 2) or tensor.shape[-1] != obs_dim:
-        raise InputError(f"{where}: observations must have shape ({obs_dim},) (one) or (batch, {obs_dim}), got "
-                         f"{tuple(tensor.shape)}; pass observations of the env the agent was built for.")
-    if not finite:
-        bad = torch.nonzero(~torch.isfinite(tensor.reshape(-1, obs_dim)).all(dim=1))[0].item()
-        row = f"row {bad} of the batch" if tensor.dim() == 2 else "the observation"
-        raise InputError(f"{where}: {row} holds NaN or infinite values, and the action for it would be NaN; "
-                         f"check what produced it (a simulation that diverged, a reset that failed).")
-    return tensor
-
-
-class FunctionPolicy:
-    """A feed-forward `Policy` from a function of observations to actions (a scripted or external
-    policy, or a test's). It has no density: ``log_prob`` raises, so guided generation refuses it.
-    ``input_dim`` is the observations' width where the caller knows it (None otherwise)."""
-
-    recurrent = False
-
-    def __init__(self, fn, input_dim: Optional[int] = None):
-        self.fn, self.input_dim = fn, input_dim
-
-    def initial_state(self, batch_size: int) -> None:
-        return None
-
-    def sample(self, observations: torch.Tensor, state: Any = None,
-               starts: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, None]:
-        return self.fn(observations), None
-
-    def log_prob(self, observations: torch.Tensor, actions: torch.Tensor, state: Any = None,
-                 starts: Optional[torch.Tensor] = None) -> torch.Tensor:
-        raise TypeError("a FunctionPolicy has no log-probability; guided generation needs the agent's policy.")
+    def check_agent(self, agent, algo_config) -> None:
+        """Refuse, in one line, settings of this generator that do not fit the agent's class (or instance)
+        ``agent`` with settings ``algo_config``; `mbrl_offline.compose.check_pair` calls it."""

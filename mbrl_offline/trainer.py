@@ -37,7 +37,6 @@ whose fingerprint must match. The update at which the generator runs next is sav
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import time
@@ -49,7 +48,8 @@ import numpy as np
 import torch
 
 from mbrl_offline import mkl_avx512
-from mbrl_offline.buffer import Mixing, MixingConfig, SequenceBuffer, TransitionBuffer
+from mbrl_offline.buffer import Mixing, SequenceBuffer, TransitionBuffer, run_mixing
+from mbrl_offline.pairing import check_pair  # the one judge of an agent and a generator
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
 from mbrl_offline.checkpoint import (numpy_rng_state, python_rng_state, saved_settings, set_numpy_rng_state,
                                      set_python_rng_state)
@@ -124,14 +124,14 @@ class Trainer:
                  generator: Optional[Generator] = None, callbacks: Optional[list] = None):
         check_trainer_parts(agent, dataset, config, generator)
         config = config_argument(config, TrainerConfig, "Trainer's config", "trainer", "TrainerConfig(epochs=100)")
-        check_settings(agent, agent.config, generator.config if generator is not None else None)
+        check_pair(type(agent), generator.config if generator is not None else None, agent.config, agent)
         self.agent, self.dataset, self.config, self.generator = agent, dataset, config, generator
         self.env = dataset_env(dataset, "Trainer")  # the env the policy is evaluated in
         self.callbacks = list(callbacks or [])
         self.device = torch.device(agent.device)
         self.run_dir = Path(config.run_dir)
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
-        self.consumes = getattr(agent, "consumes", "transitions")
+        self.consumes = agent.consumes
         self.real = TransitionBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
         self.real.add_dataset(dataset)  # every real row, which generators start from
         self.real_sequences = None  # the dataset's episodes, for an agent of sequences
@@ -300,8 +300,9 @@ class Trainer:
 
     def _check_divergence(self, metrics: dict[str, float]) -> None:
         bad = [k for k, v in metrics.items() if not math.isfinite(v)]
-        if not bad and abs(metrics.get("q_mean", 0.0)) > self.config.divergence_q:
-            bad = ["q_mean"]
+        watched = self.agent.divergence_metric  # the agent's declared value estimate (`roles.AgentClass`)
+        if not bad and watched is not None and abs(metrics.get(watched, 0.0)) > self.config.divergence_q:
+            bad = [watched]
         if bad:
             kept = (f"the last good checkpoint ({self.checkpoint_path}) is kept" if self.checkpoint_path.exists()
                     else "no checkpoint was written yet")
@@ -387,7 +388,7 @@ def next_generation_after(generator_config, step: int, transitions: float) -> Op
     before update ``step``: ``step + max(1, ceil(utd * transitions))`` where the config sets ``utd``
     (NEUBAY's update-to-data ratio, ``math.ceil`` as its code), else ``step + every`` where ``every`` > 0,
     else never (None)."""
-    utd = getattr(generator_config, "utd", None)
+    utd = generator_config.utd
     if utd is not None:
         return step + max(1, math.ceil(utd * transitions))
     every = generator_config.every
@@ -401,56 +402,6 @@ def _next_generation_by_every(every: int, step: int) -> Optional[int]:
     if every > 0:
         return -(-step // every) * every
     return 0 if step == 0 else None
-
-
-def run_mixing(consumes: str, generator_config=None) -> MixingConfig:
-    """The mixing rule of a run: the generator's (``generator_config.mixing``); without a generator (None
-    or ``kind='none'``) every row is real: tapes of the dataset (``kappa`` 1) for an agent of sequences,
-    else rows (``real_ratio`` 1)."""
-    if generator_config is not None and getattr(generator_config, "mixing", None) is not None:
-        return generator_config.mixing
-    if consumes == "sequences":  # tapes of the dataset alone: every row real, a plain masked mean
-        return MixingConfig(rule="tape", kappa=1.0)
-    return MixingConfig(rule="fraction", real_ratio=1.0)
-
-
-def generator_mixing_default(generator_config) -> Optional[MixingConfig]:
-    """The mixing that ``generator_config``'s class starts from (its ``mixing`` field's default), or None
-    for a config without one."""
-    if not dataclasses.is_dataclass(generator_config):
-        return None
-    for field in dataclasses.fields(generator_config):
-        if field.name == "mixing":
-            default = field.default if field.default_factory is dataclasses.MISSING else field.default_factory()
-            return default if isinstance(default, MixingConfig) else None
-    return None
-
-
-def check_settings(agent, algo_config, generator_config=None) -> None:
-    """Every check that the settings alone decide, of an agent (its class or an instance: ``name``,
-    ``consumes``), its settings and a generator's settings (None: no generator), each refused in one
-    `ConfigError` line. `mbrl_offline.build_run` and the command line (``resolve_train_config``, through
-    `mbrl_offline.compose.check_pair`) call it before any data is loaded, any model fitted or any file
-    written; `Trainer` calls it again for parts built by hand. Checked: that the mixing rule draws what
-    the agent learns from (tapes for an agent of sequences, rows otherwise), that it can fill the agent's
-    batch (``mixing.real_rows`` at most ``algo.batch_size``), and the generator config's own checks of the
-    agent (its ``check_agent(agent, algo_config)``, e.g. the posterior's parallel rollouts per elite), and
-    that no mixing setting differs from the generator's own where the rule does not read it
-    (`MixingConfig.check_effective`: ``real_ratio`` under the ``tape`` rule would be ignored)."""
-    consumes = getattr(agent, "consumes", "transitions")
-    name = getattr(agent, "name", type_name(agent))
-    mixing = run_mixing(consumes, generator_config)
-    if (mixing.rule == "tape") != (consumes == "sequences"):
-        raise ConfigError(f"{name} learns from {consumes}, and mixing.rule={mixing.rule} "
-                          + ("draws rows, not tapes; set generator.mixing.rule=tape." if consumes == "sequences"
-                             else "draws tapes of episodes; choose another mixing rule (e.g. fraction)."))
-    Mixing(mixing).real_rows(algo_config.batch_size)  # a rule that cannot fill the agent's batch fails here
-    default = generator_mixing_default(generator_config)
-    if default is not None:  # a mixing setting the rule does not read would be ignored
-        mixing.check_effective(default)
-    check_agent = getattr(generator_config, "check_agent", None)
-    if check_agent is not None:
-        check_agent(agent, algo_config)
 
 
 def check_trainer_parts(agent, dataset, config, generator) -> None:
@@ -471,7 +422,3 @@ def check_trainer_parts(agent, dataset, config, generator) -> None:
                           f"numbers, but the dataset ({dataset.source}, env {dataset.env_name}) has {dataset.obs_dim} "
                           f"and {dataset.act_dim}: the agent is for another env. Build it for this dataset, e.g. "
                           f"{type(agent).__name__}.for_dataset(dataset), or use build_run('{agent.name}', dataset).")
-    consumes = getattr(agent, "consumes", "transitions")
-    if generator is not None and generator.produces != consumes:
-        raise ConfigError(f"the generator produces {generator.produces}, but {agent.name} learns from {consumes}; "
-                          f"choose a generator that produces {consumes}.")

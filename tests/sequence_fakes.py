@@ -20,7 +20,8 @@ import torch
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.config import require_positive
 from mbrl_offline.data.envs import get_env_info
-from mbrl_offline.roles import checked_observations, history_inputs
+from mbrl_offline.policies import checked_observations, history_inputs
+from mbrl_offline.roles import GeneratorConfig
 
 
 @dataclass
@@ -34,7 +35,7 @@ class FakeRecurrentConfig:
 
 
 @dataclass
-class FakeSequenceGeneratorConfig:
+class FakeSequenceGeneratorConfig(GeneratorConfig):
     kind: str = "fake-sequences"
     every: int = 0
     utd: Optional[float] = 0.5  # None: the every schedule
@@ -47,9 +48,12 @@ class FakeSequenceGeneratorConfig:
 
 class FakeRecurrent:
     name = "fake-recurrent"
+    summary = "a tiny recurrent agent of sequences, for the contract tests"
+    defaults_from = "the tests"
     consumes = "sequences"
     recurrent = True
     needs_dynamics = False
+    divergence_metric = "q_mean"
     config_class = FakeRecurrentConfig
 
     def __init__(self, obs_dim, act_dim, action_low, action_high, config=FakeRecurrentConfig(), device="cpu"):
@@ -191,7 +195,11 @@ class FakeEpisodePolicy:
 
 
 class FakeSequenceGenerator:
+    config_class = FakeSequenceGeneratorConfig
+    summary = "short random episodes, for the contract tests"
     produces = "sequences"
+    recurrent_policy = True
+    provides_dynamics = False
 
     def __init__(self, config: FakeSequenceGeneratorConfig, obs_dim: int, act_dim: int, device="cpu"):
         self.config, self.obs_dim, self.act_dim, self.device = config, obs_dim, act_dim, torch.device(device)

@@ -1,5 +1,6 @@
-"""The contract every registered agent and generator meets, run over the registries: an agent added to
-``ALGORITHMS`` (or a generator to ``GENERATORS``) is covered the day it is registered.
+"""The contract every registered agent and generator meets, run over the registries (plugins included:
+`mbrl_offline.registry.load_plugins`): an agent or a generator is covered the day it is registered,
+inside the package or outside it (``tests/test_plugins.py`` runs these tests against a plugin).
 
 Per agent, each with its published generator (shrunk to test sizes) and with ``generator=none`` where
 the agent allows it: the roles' members (`mbrl_offline.roles`), the shapes and bounds of ``act`` and of
@@ -21,15 +22,16 @@ import pytest
 import torch
 from sequence_fakes import FakeRecurrent, FakeRecurrentConfig, FakeSequenceGenerator, FakeSequenceGeneratorConfig
 
-from mbrl_offline import build_run, load_dataset
+from mbrl_offline import build_run, load_dataset, registry
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.algorithms import ALGORITHMS, load_policy
 from mbrl_offline.compose import check_pair
 from mbrl_offline.config import config_to_dataclass
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import GENERATORS, NoGeneratorConfig
-from mbrl_offline.models.dynamics import DynamicsConfig
-from mbrl_offline.roles import Agent, EpisodePolicy, Generator, Mixing, Policy, history_inputs
+from mbrl_offline.roles import (Agent, AgentClass, EpisodePolicy, Generator, GeneratorClass, GeneratorConfig, Mixing,
+                                Policy)
+from mbrl_offline.policies import history_inputs
 from mbrl_offline.trainer import TrainerConfig
 
 TINY_DYNAMICS = dict(ensemble_size=3, num_elites=2, hidden_size=16, hidden_layers=2, min_epochs=0, max_epochs=2)
@@ -45,7 +47,7 @@ def fake_sequence_agent(monkeypatch):
     monkeypatch.setitem(GENERATORS, "fake-sequences", (FakeSequenceGeneratorConfig, FakeSequenceGenerator))
 
 
-NAMES = sorted(ALGORITHMS) + ([FAKE] if FAKE not in ALGORITHMS else [])
+NAMES = sorted(registry.agents()) + [FAKE]  # every registered agent, plugins included
 
 
 @pytest.fixture(scope="module")
@@ -306,10 +308,21 @@ def test_bad_settings_are_refused_in_one_line(name):
         assert str(error.value).startswith(message) and "\n" not in str(error.value)
 
 
-def test_every_generator_kind_is_registered_with_a_config_and_a_kind():
-    for kind, (config_cls, generator_cls) in GENERATORS.items():
+def test_every_registered_class_meets_the_class_contract():
+    """`mbrl_offline.roles.AgentClass` and `GeneratorClass`, as registration checks them, for every entry
+    (including ones put in the dicts by hand, as the fakes here are), and the config classes' defaults."""
+    for name, (agent_cls, config_cls) in registry.agents().items():
+        registry.check_agent_class(agent_cls)
+        assert isinstance(agent_cls, AgentClass) and agent_cls.name == name and agent_cls.config_class is config_cls
+        published = agent_cls.published_generator()
+        check_pair(agent_cls, published)  # its published pair is allowed
+        assert published.kind in registry.generators()
+    for kind, (config_cls, generator_cls) in registry.generators().items():
         assert config_cls().kind == kind
-        assert generator_cls is None or generator_cls.produces in ("transitions", "sequences")
+        if generator_cls is not None:
+            registry.check_generator_class(generator_cls)
+            assert isinstance(generator_cls, GeneratorClass) and generator_cls.config_class is config_cls
+            assert issubclass(config_cls, GeneratorConfig)
 
 
 def test_an_impossible_pair_is_refused_in_one_line(monkeypatch):

@@ -162,3 +162,11 @@ def test_each_agent_beats_its_dataset_on_pendulum(name, request, tmp_path, devic
     final = sum(scores[-3:]) / 3  # the last three evaluations, so one lucky or unlucky one cannot decide
     assert final >= data_score + 20, (f"{name} scored {final:.1f} (evaluations "
                                       f"{[round(s, 1) for s in scores]}); data {data_score:.1f}")
+
+
+def test_every_registered_agent_has_a_learning_case():
+    """A new agent (a module registered in `mbrl_offline.algorithms`) needs its case in `CASES`."""
+    from mbrl_offline.algorithms import ALGORITHMS
+
+    missing = set(ALGORITHMS) - {agent_cls.name for agent_cls, *_ in CASES.values()}
+    assert not missing, f"no learning test for {sorted(missing)}: add a case to CASES"

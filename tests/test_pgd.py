@@ -290,7 +290,7 @@ def test_the_first_generation_is_unguided_and_later_ones_guided(fitted):
 
 def test_guidance_with_a_policy_without_log_prob_is_refused_in_one_line(fitted):
     from mbrl_offline.generators.pgd import PGDGenerator
-    from mbrl_offline.roles import FunctionPolicy
+    from mbrl_offline.policies import FunctionPolicy
 
     generator = PGDGenerator(fitted.model, fitted.rows, fitted.config)
     with pytest.raises(ConfigError) as error:  # refused at the first generation, although it is unguided

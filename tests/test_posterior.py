@@ -13,7 +13,7 @@ from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import posterior as posterior_module
 from mbrl_offline.generators.posterior import (Histories, PosteriorConfig, PosteriorGenerator,
                                                PosteriorGeneratorConfig, PosteriorRollouts)
-from mbrl_offline.roles import FunctionPolicy
+from mbrl_offline.policies import FunctionPolicy
 
 
 def episodes_dataset(lengths=(3, 5, 4), ends=("timeout", "terminal", "timeout")) -> OfflineDataset:

@@ -7,7 +7,7 @@ from mbrl_offline.generators import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
 from mbrl_offline.data.termination import hopper, never
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.roles import FunctionPolicy
+from mbrl_offline.policies import FunctionPolicy
 
 
 def constant_model(obs_dim=3, act_dim=1, members=4, elites=(0, 2)):

@@ -8,7 +8,7 @@ from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig, UPMPCConfig, upmpc_actions
 from mbrl_offline.data.termination import never
 from mbrl_offline.models.true_dynamics import TrueDynamics
-from mbrl_offline.roles import FunctionPolicy
+from mbrl_offline.policies import FunctionPolicy
 from mbrl_offline.models.uncertainty import (bellman_target_spread, max_aleatoric_std, mean_disagreement,
                                              sample_members, sampled_disagreement)
 from tests.test_rollouts import constant_model

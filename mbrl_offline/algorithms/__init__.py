@@ -1,31 +1,33 @@
-"""Agents, one file each with a dataclass config: ``ALGORITHMS`` maps the names used by the configs
-(``algo=ravl``) to (agent class, config class). Each agent class meets `mbrl_offline.roles.Agent` and
-`mbrl_offline.roles.Policy`, and names the generator it was published with (``published_generator``)."""
+"""Agents, one module each with a dataclass config. Each agent class meets `mbrl_offline.roles.AgentClass`
+and registers itself (`mbrl_offline.registry.register_agent`); importing this package imports every
+module in it, so ``ALGORITHMS`` (the registry: ``algo=<name>`` -> (agent class, config class)) holds
+them all, and the package exports each module's ``__all__``. A new agent is a new module here (or a
+user's own module, registered the same way: ``docs/contributing.md``)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import torch
 
-from mbrl_offline.algorithms.coplanner import COPlanner, COPlannerConfig
-from mbrl_offline.algorithms.iql import IQL, IQLConfig
-from mbrl_offline.algorithms.mobile import MOBILE, MOBILEConfig
-from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig
-from mbrl_offline.algorithms.mopo import MOPO, MOPOConfig
-from mbrl_offline.algorithms.neubay import NEUBAY, NEUBAYConfig
-from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
-from mbrl_offline.algorithms.sac import SAC, SACConfig
-from mbrl_offline.algorithms.td3bc import TD3BC, TD3BCConfig
+from mbrl_offline import registry
 from mbrl_offline.checkpoint import POLICY_SECTIONS, read_checkpoint, saved_settings
 from mbrl_offline.config import check_device, did_you_mean
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 
-ALGORITHMS = {agent.name: (agent, agent.config_class) for agent in (RAVL, MOPO, MOBILE, COPlanner, TD3BC, IQL, NEUBAY)}
+ALGORITHMS = registry.AGENTS  # the registry itself: name -> (agent class, config class)
+
+_EXPORTS = []
+for _module in registry.import_modules(sys.modules[__name__]):
+    for _name in getattr(_module, "__all__", ()):
+        globals()[_name] = getattr(_module, _name)
+        _EXPORTS.append(_name)
 
 
 def get_algorithm(name: str):
     """``(agent class, config class)`` for an algorithm name."""
+    registry.load_plugins()
     if name not in ALGORITHMS:
         hint = did_you_mean(name, ALGORITHMS)
         raise ConfigError(f"unknown algo '{name}'.{hint} Known algos: {', '.join(ALGORITHMS)}.")
@@ -47,6 +49,4 @@ def load_policy(checkpoint: str | Path, device: str | torch.device = "cpu"):
     return agent, state
 
 
-__all__ = ["ALGORITHMS", "COPlanner", "COPlannerConfig", "IQL", "IQLConfig", "MOBILE", "MOBILEConfig", "MOPO", "MOPOConfig", "NEUBAY", "NEUBAYConfig",
-           "OfflineRLKitSACConfig", "RAVL", "RAVLConfig", "SAC", "SACConfig", "TD3BC", "TD3BCConfig", "get_algorithm",
-           "load_policy"]
+__all__ = sorted(["ALGORITHMS", "get_algorithm", "load_policy", *_EXPORTS])

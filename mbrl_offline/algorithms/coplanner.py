@@ -39,6 +39,7 @@ from mbrl_offline.algorithms.sac import SAC
 from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.generators.upmpc import UPMPCConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
+from mbrl_offline.registry import register_agent
 
 
 @dataclass
@@ -47,10 +48,13 @@ class COPlannerConfig(MOPOConfig):
     (`COPlanner.published_generator`)."""
 
 
+@register_agent
 class COPlanner(SAC):
     """Offline COPlanner: MOPO's learner on UP-MPC-planned model rollouts (module docstring)."""
 
     name = "coplanner"
+    summary = "MOPO's learner on rollouts whose actions UP-MPC plans; an offline adaptation of an online method"  # what it is, for the docs' tables
+    defaults_from = "COPlanner's code"  # the code its defaults come from
     config_class = COPlannerConfig
 
     @classmethod
@@ -62,3 +66,6 @@ class COPlanner(SAC):
                           upmpc=UPMPCConfig(candidates=5, horizon=5, uncertainty_weight=2.0, reward_discount=0.97,
                                             uncertainty_discount=0.97)),
             dynamics_recipe("offlinerlkit"), real_ratio=0.05)
+
+
+__all__ = ["COPlanner", "COPlannerConfig"]

@@ -57,8 +57,9 @@ from mbrl_offline.config import (check_field_types, require_above_zero,
                                  require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
-from mbrl_offline.roles import FeedForwardAgent
+from mbrl_offline.policies import FeedForwardAgent
 from mbrl_offline.utils import anneal_cosine, soft_update
+from mbrl_offline.registry import register_agent
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL's clamp of the actor's log-std
 
@@ -103,6 +104,7 @@ def expectile_loss(diff: torch.Tensor, expectile: float, weights: Optional[torch
     return batch_mean(weight * diff ** 2, weights)
 
 
+@register_agent
 class IQL(FeedForwardAgent):
     """An IQL agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
@@ -111,6 +113,8 @@ class IQL(FeedForwardAgent):
     normalisation and the reward scale from the dataset."""
 
     name = "iql"
+    summary = "expectile regression of V onto Q, advantage-weighted regression of the actor"  # what it is, for the docs' tables
+    defaults_from = "CORL's `iql.py`"  # the code its defaults come from
     config_class = IQLConfig
     published_generator = staticmethod(model_free.published_generator)
 
@@ -135,9 +139,10 @@ class IQL(FeedForwardAgent):
         self.value_optim = torch.optim.Adam(self.value.parameters(), lr=config.value_lr)
 
     @classmethod
-    def for_dataset(cls, dataset, config: Optional[IQLConfig] = None, device: str | torch.device = "cpu") -> "IQL":
+    def for_dataset(cls, dataset, config: Optional[IQLConfig] = None, device: str | torch.device = "cpu",
+                    **parts) -> "IQL":
         """The agent for ``dataset``'s env, with the dataset's state statistics and reward scale."""
-        agent = new_agent_for(cls, dataset, config, device)
+        agent = new_agent_for(cls, dataset, config, device, parts)
         if agent.config.normalize_reward:
             returns = dataset.episode_returns()
             spread = float(returns.max() - returns.min()) if len(returns) else 0.0
@@ -271,3 +276,6 @@ class IQL(FeedForwardAgent):
         self.value_optim.load_state_dict(state["value_optim"])
         self.normalise.load_state_dict(state["normalise"])
         self.set_reward_scale(state["reward_scale"])
+
+
+__all__ = ["IQL", "IQLConfig"]

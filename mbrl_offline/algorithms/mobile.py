@@ -40,6 +40,7 @@ from mbrl_offline.config import require_in_range, require_nonnegative, require_p
 from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
 from mbrl_offline.models.uncertainty import bellman_target_spread
+from mbrl_offline.registry import register_agent
 
 
 @dataclass
@@ -61,6 +62,7 @@ class MOBILEConfig(OfflineRLKitSACConfig):
         require_in_range(self, "target_floor")  # any finite number, or None for no clip
 
 
+@register_agent
 class MOBILE(SAC):
     """A MOBILE agent: SAC whose critic targets on model data are penalised by the model-Bellman
     inconsistency (module docstring). The penalty needs the dynamics model, which the agent is given
@@ -68,6 +70,8 @@ class MOBILE(SAC):
     it the agent is the policy alone (for evaluation)."""
 
     name = "mobile"
+    summary = "SAC whose targets on model rows are lowered by β × the spread of their Bellman targets across the ensemble"  # what it is, for the docs' tables
+    defaults_from = "the official MOBILE configs"  # the code its defaults come from
     config_class = MOBILEConfig
     graph_capturable = False  # the penalty goes to the batch's model rows only: a data-dependent shape
     needs_dynamics = True
@@ -118,3 +122,6 @@ class MOBILE(SAC):
         metrics = super().update(batch)
         metrics["bellman_uncertainty"] = self._penalty
         return metrics
+
+
+__all__ = ["MOBILE", "MOBILEConfig"]

@@ -46,3 +46,6 @@ class OfflineRLKitSACConfig(SACConfig):
     init_alpha: float = 1.0  # OfflineRL-Kit starts log alpha at 0
     auto_alpha: bool = True  # towards -|A|
     batch_size: int = 256
+
+
+__all__ = ["OfflineRLKitSACConfig"]

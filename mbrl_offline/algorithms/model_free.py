@@ -7,10 +7,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from mbrl_offline.config import config_argument
-from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import NoGeneratorConfig
+from mbrl_offline.policies import agent_for_dataset
 
 
 class ObservationNormaliser:
@@ -50,18 +49,18 @@ def action_box(action_low, action_high, device: torch.device):
     return low, high, (high + low) / 2, (high - low) / 2
 
 
-def new_agent_for(cls, dataset, config, device):
-    """``cls(obs_dim, act_dim, low, high, config, device)`` for ``dataset``'s env, with the state
-    normalisation fitted when ``config.normalize_states`` (on the real data, whatever a generator adds)."""
-    env = dataset_env(dataset, f"{cls.__name__}.for_dataset")
-    config = config_argument(config, cls.config_class, f"{cls.__name__}.for_dataset's config")
-    low, high = env.action_bounds()
-    agent = cls(env.obs_dim, env.act_dim, low, high, config, device)
-    if config.normalize_states:
-        agent.normalise.fit(dataset.observations, config.state_std_eps)
+def new_agent_for(cls, dataset, config, device, parts: dict):
+    """`mbrl_offline.policies.agent_for_dataset` with the state normalisation fitted when
+    ``config.normalize_states`` (on the real data, whatever a generator adds)."""
+    agent = agent_for_dataset(cls, dataset, config, device, parts)
+    if agent.config.normalize_states:
+        agent.normalise.fit(dataset.observations, agent.config.state_std_eps)
     return agent
 
 
 def published_generator() -> NoGeneratorConfig:
     """The model-free agents' papers train on the dataset alone."""
     return NoGeneratorConfig()
+
+
+__all__ = []

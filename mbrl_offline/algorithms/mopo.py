@@ -40,6 +40,7 @@ from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig, mbpo_roll
 from mbrl_offline.algorithms.sac import SAC
 from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
+from mbrl_offline.registry import register_agent
 
 
 @dataclass
@@ -49,10 +50,13 @@ class MOPOConfig(OfflineRLKitSACConfig):
     is in its generator (`MOPO.published_generator`)."""
 
 
+@register_agent
 class MOPO(SAC):
     """A MOPO agent: SAC on real data and uncertainty-penalised model rollouts."""
 
     name = "mopo"
+    summary = "SAC on rollouts whose rewards are r − λ·max_i ‖σ_i‖"  # what it is, for the docs' tables
+    defaults_from = "OfflineRL-Kit's `run_mopo.py`"  # the code its defaults come from
     config_class = MOPOConfig
 
     @classmethod
@@ -63,3 +67,6 @@ class MOPO(SAC):
         OfflineRL-Kit's dynamics recipe."""
         return mbpo_rollouts(RolloutConfig(horizon=5, penalty="aleatoric", penalty_coef=0.5),
                              dynamics_recipe("offlinerlkit"), real_ratio=0.05)
+
+
+__all__ = ["MOPO", "MOPOConfig"]

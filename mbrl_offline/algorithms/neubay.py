@@ -64,15 +64,14 @@ from torch.nn import functional as F
 
 from mbrl_offline.algorithms.sac import load_soft_actor_critic_state, soft_actor_critic_state
 from mbrl_offline.buffer import tape_weights
-from mbrl_offline.config import (check_field_types, config_argument,
-                                 require_above_zero, require_fraction, require_in_range, require_nonnegative,
+from mbrl_offline.config import (check_field_types, require_above_zero, require_fraction, require_in_range, require_nonnegative,
                                  require_positive)
-from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.networks import tanh_gaussian_draw, tanh_gaussian_log_prob, tanh_gaussian_log_prob_of
 from mbrl_offline.models.recurrent import ENCODERS, Block, EnsembleHeads, RecurrentEncoder
-from mbrl_offline.roles import checked_observations, history_inputs
+from mbrl_offline.policies import agent_for_dataset, checked_observations, history_inputs
 from mbrl_offline.utils import soft_update
+from mbrl_offline.registry import register_agent
 
 
 @dataclass
@@ -278,16 +277,20 @@ class RecurrentEpisodePolicy:
         return action.cpu().numpy()
 
 
+@register_agent
 class NEUBAY:
     """Recurrent SAC on tapes (see the module docstring): ``update(tape) -> metrics``, the recurrent
     policy role (``sample``, ``log_prob``, ``initial_state`` on history inputs [s_k, a_{k-1}, r_{k-1}]),
     ``episode_policy`` for evaluation, ``act``, ``state_dict``."""
 
     name = "neubay"
+    summary = "recurrent SAC (LRU encoders, 10 critic heads) on tapes of whole episodes, no penalty"  # what it is, for the docs' tables
+    defaults_from = "the official NEUBAY code"  # the code its defaults come from
     config_class = NEUBAYConfig
     recurrent = True  # the policy carries a state from step to step
     needs_dynamics = False
     consumes = "sequences"  # learns from tapes of whole episodes
+    divergence_metric = "q_mean"  # the update metric the trainer's divergence guard watches
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config: NEUBAYConfig = NEUBAYConfig(),
                  device: str | torch.device = "cpu"):
@@ -329,10 +332,7 @@ class NEUBAY:
     @classmethod
     def for_dataset(cls, dataset, config=None, device: str | torch.device = "cpu", **parts):
         """The agent for ``dataset``'s env (its sizes and action bounds)."""
-        env = dataset_env(dataset, f"{cls.__name__}.for_dataset")
-        config = config_argument(config, cls.config_class, f"{cls.__name__}.for_dataset's config")
-        low, high = env.action_bounds()
-        return cls(env.obs_dim, env.act_dim, low, high, config, device, **parts)
+        return agent_for_dataset(cls, dataset, config, device, parts)
 
     @classmethod
     def published_generator(cls):
@@ -501,3 +501,6 @@ class NEUBAY:
         load_soft_actor_critic_state(self, state)
         self.updates = int(state["updates"])
         self.total_updates = state["total_updates"]
+
+
+__all__ = ["NEUBAY", "NEUBAYConfig"]

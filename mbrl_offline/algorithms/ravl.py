@@ -41,6 +41,7 @@ from mbrl_offline.algorithms.model_based import mbpo_rollouts
 from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
+from mbrl_offline.registry import register_agent
 
 
 @dataclass
@@ -65,11 +66,14 @@ class RAVLConfig(SACConfig):
     fused_adam: bool = True  # one fused kernel per optimiser step (rounds differently; same maths)
 
 
+@register_agent
 class RAVL(SAC):
     """A RAVL agent: the SAC-N/EDAC learner. Its generator (`published_generator`) is built and run
     by the trainer: `mbrl_offline.build_run` (``examples/train.py algo=ravl``) composes both."""
 
     name = "ravl"
+    summary = "EDAC critic ensemble (N = 10, η = 1) on unpenalised branched rollouts"  # what it is, for the docs' tables
+    defaults_from = "the official RAVL code"  # the code its defaults come from
     config_class = RAVLConfig
 
     @classmethod
@@ -79,3 +83,6 @@ class RAVL(SAC):
         generations, 5% real rows per batch (tuned per dataset); the official RAVL dynamics recipe
         (7 members / 5 elites, its 350-epoch minimum schedule; ``DYNAMICS_RECIPES["ravl"]``)."""
         return mbpo_rollouts(RolloutConfig(), dynamics_recipe("ravl"), real_ratio=0.05)
+
+
+__all__ = ["RAVL", "RAVLConfig"]

@@ -45,12 +45,11 @@ import torch
 
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.data.dataset import dataset_env
-from mbrl_offline.config import (check_field_types, config_argument, require_above_zero,
+from mbrl_offline.config import (check_field_types, require_above_zero,
                                  require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
-from mbrl_offline.roles import FeedForwardAgent
+from mbrl_offline.policies import FeedForwardAgent
 from mbrl_offline.utils import CUDAGraphed, anneal_cosine, soft_update
 
 
@@ -196,15 +195,6 @@ class SAC(FeedForwardAgent):
         return action.cpu().numpy()
 
     @classmethod
-    def for_dataset(cls, dataset, config=None, device: str | torch.device = "cpu", **parts):
-        """The agent for ``dataset``'s env (its sizes and action bounds); ``parts`` go to the
-        constructor (MOBILE's ``dynamics``)."""
-        env = dataset_env(dataset, f"{cls.__name__}.for_dataset")
-        config = config_argument(config, cls.config_class, f"{cls.__name__}.for_dataset's config")
-        low, high = env.action_bounds()
-        return cls(env.obs_dim, env.act_dim, low, high, config, device, **parts)
-
-    @classmethod
     def published_generator(cls):
         """The generator the algorithm was published with (``generator=`` unset): none for SAC, as for
         the other model-free agents (`mbrl_offline.algorithms.model_free.published_generator`)."""
@@ -343,3 +333,6 @@ def load_soft_actor_critic_state(agent, state: dict) -> None:
     agent.critic_optim.load_state_dict(state["critic_optim"])
     if agent.alpha_optim is not None:
         agent.alpha_optim.load_state_dict(state["alpha_optim"])
+
+
+__all__ = ["SAC", "SACConfig"]

@@ -48,8 +48,9 @@ from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import (check_field_types, require_above_zero,
                                  require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.models.networks import CriticEnsemble, mlp
-from mbrl_offline.roles import FeedForwardAgent
+from mbrl_offline.policies import FeedForwardAgent
 from mbrl_offline.utils import soft_update
+from mbrl_offline.registry import register_agent
 
 
 @dataclass
@@ -82,6 +83,7 @@ class TD3BCConfig:
         require_in_range(self, "tau", 0.0, 1.0, low_open=True, hint=" (the target networks' Polyak rate; usually 5e-3)")
 
 
+@register_agent
 class TD3BC(FeedForwardAgent):
     """A TD3+BC agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
@@ -90,6 +92,8 @@ class TD3BC(FeedForwardAgent):
     normalisation from the dataset."""
 
     name = "td3bc"
+    summary = "TD3 whose actor loss adds behaviour cloning"  # what it is, for the docs' tables
+    defaults_from = "CORL's `td3_bc.py`"  # the code its defaults come from
     config_class = TD3BCConfig
     published_generator = staticmethod(model_free.published_generator)
 
@@ -114,9 +118,10 @@ class TD3BC(FeedForwardAgent):
         self._bc_loss = torch.zeros((), device=self.device)
 
     @classmethod
-    def for_dataset(cls, dataset, config: Optional[TD3BCConfig] = None, device: str | torch.device = "cpu") -> "TD3BC":
+    def for_dataset(cls, dataset, config: Optional[TD3BCConfig] = None, device: str | torch.device = "cpu",
+                    **parts) -> "TD3BC":
         """The agent for ``dataset``'s env, normalising states with the dataset's statistics."""
-        return new_agent_for(cls, dataset, config, device)
+        return new_agent_for(cls, dataset, config, device, parts)
 
     def pi(self, normalised_obs: torch.Tensor, target: bool = False) -> torch.Tensor:
         """pi(s) in the env's action units, from normalised states."""
@@ -211,3 +216,6 @@ class TD3BC(FeedForwardAgent):
         self.critic_optim.load_state_dict(state["critic_optim"])
         self.normalise.load_state_dict(state["normalise"])
         self.updates = int(state["updates"])
+
+
+__all__ = ["TD3BC", "TD3BCConfig"]

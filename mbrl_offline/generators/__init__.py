@@ -2,27 +2,26 @@
 `mbrl_offline.models`, and the registry the configs name them by (``generator=rollouts``,
 ``generator=synther``).
 
-A generator's ``generate(policy, real, rng)`` returns rows in the buffer's format
-(`mbrl_offline.buffer.TRANSITION_FIELDS`) and a dict of statistics to log; its ``config`` holds the
-trainer's schedule (``every``) and the batch mixing rule (``mixing``). ``generator=none``
-(`NoGeneratorConfig`) trains on the dataset alone.
+Each generator is one module here: a class meeting `mbrl_offline.roles.GeneratorClass`, registered with
+`mbrl_offline.registry.register_generator`, and its config, a `mbrl_offline.roles.GeneratorConfig`
+(``kind``, the trainer's schedule ``every``/``utd`` and the batch ``mixing`` rule). Importing this
+package imports every module in it, so ``GENERATORS`` (the registry: kind -> (config class, generator
+class)) holds them all, and the package exports each module's ``__all__``. A generator's
+``generate(policy, real, rng)`` returns rows in the buffer's format (`mbrl_offline.buffer.TRANSITION_FIELDS`)
+and a dict of statistics to log. ``generator=none`` (`NoGeneratorConfig`) trains on the dataset alone.
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import torch
 
+from mbrl_offline import registry
 from mbrl_offline.config import check_field_types, config_to_dataclass, did_you_mean
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.generators.pgd import PGDGenerator, PGDGeneratorConfig, PGDGuidanceConfig, UNetConfig
-from mbrl_offline.generators.posterior import PosteriorConfig, PosteriorGenerator, PosteriorGeneratorConfig
-from mbrl_offline.generators.rollouts import (BranchedRollouts, RolloutConfig, RolloutGenerator,
-                                              RolloutGeneratorConfig)
-from mbrl_offline.generators.synther import SyntherGenerator, SyntherGeneratorConfig
-from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
 
 
 @dataclass
@@ -36,16 +35,31 @@ class NoGeneratorConfig:
         if self.kind != "none":
             raise ConfigError(f"a NoGeneratorConfig has kind 'none', not '{self.kind}'.")
 
+    def fitted_model(self) -> None:
+        """No model."""
+        return None
 
-# kind -> (config class, generator class or None); the kind is the config's ``kind`` field
-GENERATORS = {"none": (NoGeneratorConfig, None), "rollouts": (RolloutGeneratorConfig, RolloutGenerator),
-              "synther": (SyntherGeneratorConfig, SyntherGenerator), "pgd": (PGDGeneratorConfig, PGDGenerator),
-              "posterior": (PosteriorGeneratorConfig, PosteriorGenerator)}
+    def check_dataset(self, dataset, model_path=None) -> None:
+        """Any dataset will do."""
+
+    def check_agent(self, agent, algo_config) -> None:
+        """Any agent will do."""
+
+
+GENERATORS = registry.GENERATORS  # the registry itself: kind -> (config class, generator class or None)
+GENERATORS.setdefault("none", (NoGeneratorConfig, None))
+
+_EXPORTS = []
+for _module in registry.import_modules(sys.modules[__name__]):
+    for _name in getattr(_module, "__all__", ()):
+        globals()[_name] = getattr(_module, _name)
+        _EXPORTS.append(_name)
 
 
 def generator_config(settings: dict):
     """The config dataclass that a dict of generator settings (with its ``kind``) describes; unknown
     kinds and settings are refused in one line."""
+    registry.load_plugins()
     kind = settings.get("kind", "none")
     if kind not in GENERATORS:
         raise ConfigError(f"unknown generator kind '{kind}'.{did_you_mean(kind, GENERATORS)} "
@@ -65,7 +79,4 @@ def build_generator(config, dataset, device: str | torch.device = "cpu", cache_d
     return generator_cls.for_dataset(config, dataset, device, cache_dir, model_path, progress)
 
 
-__all__ = ["BranchedRollouts", "GENERATORS", "NoGeneratorConfig", "PGDGenerator", "PGDGeneratorConfig", "PosteriorConfig", "PosteriorGenerator",
-           "PosteriorGeneratorConfig",
-           "PGDGuidanceConfig", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig", "SyntherGenerator",
-           "SyntherGeneratorConfig", "UNetConfig", "UPMPCConfig", "build_generator", "generator_config", "upmpc_actions"]
+__all__ = sorted(["GENERATORS", "NoGeneratorConfig", "build_generator", "generator_config", *_EXPORTS])

@@ -81,7 +81,9 @@ from mbrl_offline.data.windows import dataset_windows, gather_windows
 from mbrl_offline.errors import CheckpointError, ConfigError, InputError
 from mbrl_offline.models.diffusion import (DiffusionModel, DiffusionTrainConfig, EDMConfig, Guidance, KnownEntries,
                                            load_or_fit_diffusion)
-from mbrl_offline.roles import Policy
+from mbrl_offline.pairing import check_policy
+from mbrl_offline.registry import register_generator
+from mbrl_offline.roles import GeneratorConfig, Policy
 
 ACTION_CLIP = 0.999  # actions are clipped to ±0.999 before the arctanh (official)
 ROWS_VERSION = "pgd-rows-1"  # part of the cache key: change it when the rows' encoding changes
@@ -140,7 +142,7 @@ def _pgd_mixing() -> MixingConfig:
 
 
 @dataclass
-class PGDGeneratorConfig:
+class PGDGeneratorConfig(GeneratorConfig):
     """``generator=pgd``: policy-guided diffusion of trajectories (see the module docstring)."""
 
     kind: str = "pgd"
@@ -165,11 +167,7 @@ class PGDGeneratorConfig:
     mixing: MixingConfig = field(default_factory=_pgd_mixing)  # real and synthetic rows per batch
 
     def __post_init__(self):
-        check_field_types(self, "generator")  # types first; nested mappings become configs
-        if self.kind != "pgd":
-            raise ConfigError(f"a PGDGeneratorConfig has kind 'pgd', not '{self.kind}'.")
-        if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
-            raise ConfigError(f"generator.every must be >= 0 (0: generate once), got {self.every}.")
+        super().__post_init__()  # kind, schedule and mixing (`mbrl_offline.roles.GeneratorConfig`)
         require_positive(self, "window", "stride", "trajectories", "sample_batch", "train_epochs", section="generator")
         if not isinstance(self.length, int) or isinstance(self.length, bool) or self.length < 2:
             raise ConfigError(f"generator.length must be at least 2 rows (one transition), got {self.length}.")
@@ -182,6 +180,10 @@ class PGDGeneratorConfig:
     def buffer_capacity(self) -> int:
         """One generation's transitions: each generation replaces the last, as the official code."""
         return self.trajectories * (self.length - 1)
+
+    def fitted_model(self) -> Optional[str]:
+        """The trajectory diffusion model is fitted into the diffusion cache."""
+        return "diffusion"
 
 
 # ------------------------------------------------------------------------------------------- rows
@@ -251,7 +253,7 @@ def training_windows(dataset, rows: TrajectoryRows, window: int, stride: int) ->
 # ------------------------------------------------------------------------------------------- guidance
 def require_log_prob(policy, rows: TrajectoryRows, where: str = "guidance") -> None:
     """Refuse, in one line, a policy without a usable ``log_prob(observations, actions)``: none, or one
-    that raises on a probe row (`mbrl_offline.roles.FunctionPolicy`'s has no density)."""
+    that raises on a probe row (`mbrl_offline.policies.FunctionPolicy`'s has no density)."""
     log_prob = getattr(policy, "log_prob", None)
     problem = None if callable(log_prob) else "has no log_prob"
     if problem is None:
@@ -293,11 +295,16 @@ def policy_guidance(policy: Policy, rows: TrajectoryRows, normalizer, config: PG
 
 
 # ------------------------------------------------------------------------------------------- generator
+@register_generator
 class PGDGenerator:
     """The PGD generator of a run: a fitted trajectory `DiffusionModel` and the settings of a
     `PGDGeneratorConfig` (the schedule and mixing are read by the trainer)."""
 
+    summary = "policy-guided diffusion: trajectories from a diffusion model, guided by the agent's policy (`generator.guidance.scale`)"  # what it gives, for the docs' tables
+    config_class = PGDGeneratorConfig
     produces = "transitions"
+    recurrent_policy = False  # guidance differentiates a feed-forward policy's log pi(a|s)
+    provides_dynamics = False
 
     def __init__(self, model: DiffusionModel, rows: TrajectoryRows, config: PGDGeneratorConfig = PGDGeneratorConfig()):
         self.model, self.rows, self.config = model, rows, config
@@ -385,9 +392,7 @@ class PGDGenerator:
                  ) -> tuple[dict[str, Tensor], dict[str, float]]:
         """One generation: ``trajectories`` sampled trajectories as transitions, guided by ``policy``
         unless this is the first generation or λ = 0. ``real`` is not used (PGD samples unconditionally)."""
-        if getattr(policy, "recurrent", False):
-            raise ConfigError("policy-guided diffusion guides by a feed-forward policy's log pi(a|s); a recurrent "
-                              "agent needs a sequence generator (generator=posterior).")
+        check_policy(self, policy)  # guidance differentiates a feed-forward policy's log pi(a|s)
         first = self.generations == 0
         guidance = self.guidance_for(policy, first)
         trajectories = self.sample_trajectories(self.config.trajectories, guidance, rng)

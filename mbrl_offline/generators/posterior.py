@@ -69,7 +69,10 @@ from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
-from mbrl_offline.roles import Policy, history_inputs
+from mbrl_offline.models.fitting import check_dynamics_rows
+from mbrl_offline.policies import history_inputs
+from mbrl_offline.registry import register_generator
+from mbrl_offline.roles import GeneratorConfig, Policy
 
 # The fields each generated row carries besides the transition's (`mbrl_offline.buffer.transition_schema`).
 POSTERIOR_EXTRA_FIELDS = {"synthetic": ((), torch.bool), "member": ((), torch.long),
@@ -106,7 +109,7 @@ def _neubay_dynamics() -> DynamicsConfig:
 
 
 @dataclass
-class PosteriorGeneratorConfig:
+class PosteriorGeneratorConfig(GeneratorConfig):
     """``generator=posterior``: NEUBAY's posterior rollouts, their ensemble, schedule and mixing."""
 
     kind: str = "posterior"
@@ -122,20 +125,20 @@ class PosteriorGeneratorConfig:
     mixing: MixingConfig = field(default_factory=lambda: MixingConfig(rule="tape", kappa=0.05))
 
     def __post_init__(self):
-        check_field_types(self, "generator")  # types first; nested mappings become configs
-        if self.kind != "posterior":
-            raise ConfigError(f"a PosteriorGeneratorConfig has kind 'posterior', not '{self.kind}'.")
-        if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
-            raise ConfigError(f"generator.every must be >= 0 (0: generate once), got {self.every}.")
-        require_in_range(self, "utd", low=0.0, low_open=True, section="generator", hint=" (null: use every)")
-        if self.utd is not None and self.every > 0:  # a setting the other makes ineffective is refused
-            raise ConfigError(f"generator.every={self.every} has no effect while generator.utd={self.utd} schedules the "
-                              f"generations (ceil(utd x the transitions generated) updates apart); set generator.utd=null "
-                              f"to generate every {self.every} updates, or leave generator.every at 0.")
+        super().__post_init__()  # kind, schedule and mixing (`mbrl_offline.roles.GeneratorConfig`)
         require_positive(self, "buffer_rows", section="generator")
 
+    def fitted_model(self) -> Optional[str]:
+        """The posterior ensemble is fitted into the dynamics cache."""
+        return "dynamics"
+
+    def check_dataset(self, dataset, model_path=None) -> None:
+        """Enough rows for the ensemble's holdout and batches (`mbrl_offline.models.fitting.check_fit_rows`)."""
+        if model_path is None:
+            check_dynamics_rows(dataset, self.dynamics)
+
     def check_agent(self, agent, algo_config) -> None:
-        """The checks of these settings with the agent's (`mbrl_offline.trainer.check_settings`), made before
+        """The checks of these settings with the agent's (`mbrl_offline.compose.check_pair`), made before
         the ensemble is fitted: ``dynamics.record_uncertainty`` set (the truncation needs it), ``posterior.parallel`` a multiple of ``dynamics.num_elites`` (each elite
         drives parallel / elites rollouts), and ``posterior.deterministic_actions`` only for an agent whose
         policy can give its mode (``deterministic_sampling``: its ``sample()`` takes ``deterministic=``)."""
@@ -415,11 +418,16 @@ def env_horizon(env) -> int:
     return int(horizon)
 
 
+@register_generator
 class PosteriorGenerator:
     """The posterior generator of a run: `PosteriorRollouts` in a posterior ensemble, with the settings
     of a `PosteriorGeneratorConfig` (schedule and mixing are read by the trainer)."""
 
+    summary = "NEUBAY's: whole episodes, a real prefix then rollouts in a posterior over world models, for a recurrent agent"  # what it gives, for the docs' tables
+    config_class = PosteriorGeneratorConfig
     produces = "sequences"
+    recurrent_policy = True  # warms a recurrent policy up on each real prefix; a feed-forward one works too
+    provides_dynamics = True  # its ensemble
 
     def __init__(self, dynamics, termination_fn: TerminationFn, histories: Histories,
                  config: PosteriorGeneratorConfig = None):
@@ -462,3 +470,6 @@ class PosteriorGenerator:
 
     def load_state_dict(self, state: dict) -> None:
         self.rollouts.load_state_dict(state)
+
+
+__all__ = ["PosteriorConfig", "PosteriorGenerator", "PosteriorGeneratorConfig"]

@@ -40,8 +40,11 @@ from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
+from mbrl_offline.models.fitting import check_dynamics_rows
 from mbrl_offline.models.true_dynamics import TrueDynamics
-from mbrl_offline.roles import Policy
+from mbrl_offline.pairing import check_policy
+from mbrl_offline.registry import register_generator
+from mbrl_offline.roles import GeneratorConfig, Policy
 PENALTIES = ("none", "aleatoric", "disagreement", "epistemic")
 PLANNERS = ("policy", "upmpc")
 UNCERTAINTIES = ("aleatoric", "disagreement", "epistemic")
@@ -143,9 +146,6 @@ class BranchedRollouts:
         steps: list[dict[str, torch.Tensor]] = []
         obs = start_observations
         uncertainty = cfg.uncertainty or cfg.penalty != "none"
-        if policy.recurrent:
-            raise ConfigError("branched rollouts take a feed-forward policy; a recurrent agent needs a sequence "
-                              "generator.")
 
         def sample(observations: torch.Tensor) -> torch.Tensor:
             return policy.sample(observations)[0]
@@ -195,7 +195,7 @@ class BranchedRollouts:
 
 
 @dataclass
-class RolloutGeneratorConfig:
+class RolloutGeneratorConfig(GeneratorConfig):
     """``generator=rollouts``: branched model rollouts, their dynamics model, schedule and mixing."""
 
     kind: str = "rollouts"
@@ -207,19 +207,26 @@ class RolloutGeneratorConfig:
     true_dynamics: bool = False  # roll out in the simulator itself (`TrueDynamics`) instead of the ensemble
     mixing: MixingConfig = field(default_factory=MixingConfig)  # real and synthetic rows per batch
 
-    def __post_init__(self):
-        check_field_types(self, "generator")  # types first; nested mappings become configs
-        if self.kind != "rollouts":
-            raise ConfigError(f"a RolloutGeneratorConfig has kind 'rollouts', not '{self.kind}'.")
-        if not isinstance(self.every, int) or isinstance(self.every, bool) or self.every < 0:
-            raise ConfigError(f"generator.every must be >= 0 (0: generate once), got {self.every}.")
+    def fitted_model(self) -> Optional[str]:
+        """The learned ensemble is fitted into the dynamics cache (the simulator needs none)."""
+        return None if self.true_dynamics else "dynamics"
+
+    def check_dataset(self, dataset, model_path=None) -> None:
+        """Enough rows for the ensemble's holdout and batches (`mbrl_offline.models.fitting.check_fit_rows`)."""
+        if model_path is None and not self.true_dynamics:
+            check_dynamics_rows(dataset, self.dynamics)
 
 
+@register_generator
 class RolloutGenerator:
     """The rollout generator of a run: `BranchedRollouts` in a dynamics model, with the settings of a
     `RolloutGeneratorConfig` (schedule and mixing are read by the trainer)."""
 
+    summary = "branched rollouts in a learned dynamics ensemble (or the simulator), optionally penalised or UP-MPC planned"  # what it gives, for the docs' tables
+    config_class = RolloutGeneratorConfig
     produces = "transitions"
+    recurrent_policy = False  # branched rollouts step a feed-forward policy
+    provides_dynamics = True  # its ensemble (or the simulator) is handed to agents that need one (MOBILE)
 
     def __init__(self, dynamics, termination_fn: TerminationFn,
                  config: RolloutGeneratorConfig = RolloutGeneratorConfig()):
@@ -258,6 +265,7 @@ class RolloutGenerator:
 
     def generate(self, policy: Policy, real: dict[str, torch.Tensor], rng: Optional[torch.Generator] = None
                  ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        check_policy(self, policy)  # branched rollouts step a feed-forward policy
         return self.rollouts.generate(policy, real, rng)
 
     def state_dict(self) -> dict:
@@ -265,3 +273,6 @@ class RolloutGenerator:
 
     def load_state_dict(self, state: dict) -> None:
         self.rollouts.load_state_dict(state)
+
+
+__all__ = ["BranchedRollouts", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig"]

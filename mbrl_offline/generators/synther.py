@@ -40,16 +40,17 @@ import numpy as np
 import torch
 
 from mbrl_offline.buffer import MixingConfig
-from mbrl_offline.config import check_field_types, require_fraction, require_nonnegative, require_positive
+from mbrl_offline.config import require_fraction, require_nonnegative, require_positive
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.diffusion import (DiffusionModel, DiffusionTrainConfig, EDMConfig, ResidualMLPConfig,
                                            load_or_fit_diffusion)
-from mbrl_offline.roles import Policy
+from mbrl_offline.registry import register_generator
+from mbrl_offline.roles import GeneratorConfig, Policy
 
 
 @dataclass
-class SyntherGeneratorConfig:
+class SyntherGeneratorConfig(GeneratorConfig):
     """``generator=synther``: a diffusion model of transitions [s, a, r, s', d], sampled once."""
 
     kind: str = "synther"
@@ -70,13 +71,14 @@ class SyntherGeneratorConfig:
     mixing: MixingConfig = field(default_factory=lambda: MixingConfig(rule="fraction", real_ratio=0.0))
 
     def __post_init__(self):
-        check_field_types(self, "generator")  # types first; nested mappings become configs
-        if self.kind != "synther":
-            raise ConfigError(f"a SyntherGeneratorConfig has kind 'synther', not '{self.kind}'.")
-        require_nonnegative(self, "every", section="generator", hint=" (0: generate once)")
+        super().__post_init__()  # kind, schedule and mixing (`mbrl_offline.roles.GeneratorConfig`)
         require_positive(self, "samples", "sample_batch", section="generator")
         require_fraction(self, "terminal_threshold", section="generator")
         require_nonnegative(self, "seed", section="generator")
+
+    def fitted_model(self) -> Optional[str]:
+        """The diffusion model is fitted into the diffusion cache."""
+        return "diffusion"
 
 
 def transition_rows(dataset) -> torch.Tensor:
@@ -86,11 +88,16 @@ def transition_rows(dataset) -> torch.Tensor:
                                           axis=1, dtype=np.float32))
 
 
+@register_generator
 class SyntherGenerator:
     """SynthER's generator: a fitted `DiffusionModel` of transitions and the settings of a
     `SyntherGeneratorConfig` (schedule and mixing are read by the trainer)."""
 
+    summary = "SynthER: transitions sampled once from a diffusion model of the data (by default replacing it)"  # what it gives, for the docs' tables
+    config_class = SyntherGeneratorConfig
     produces = "transitions"
+    recurrent_policy = True  # sampling does not read the policy at all
+    provides_dynamics = False
 
     def __init__(self, model: DiffusionModel, obs_dim: int, act_dim: int, action_bounds: tuple[np.ndarray, np.ndarray],
                  config: SyntherGeneratorConfig = SyntherGeneratorConfig()):
@@ -159,3 +166,6 @@ class SyntherGenerator:
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["diffusion"])
+
+
+__all__ = ["SyntherGenerator", "SyntherGeneratorConfig"]

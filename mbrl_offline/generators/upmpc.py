@@ -73,3 +73,6 @@ def upmpc_actions(dynamics, policy: Callable[[torch.Tensor], torch.Tensor], obs:
     score = torch.nan_to_num(score, nan=float("-inf")).view(k, rows)  # a diverged candidate never wins
     best = score.argmax(dim=0)
     return first.view(k, rows, -1)[best, torch.arange(rows, device=obs.device)]
+
+
+__all__ = ["UPMPCConfig", "upmpc_actions"]

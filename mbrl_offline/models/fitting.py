@@ -61,6 +61,13 @@ def min_fit_rows(holdout_ratio: float, max_holdout: Optional[int], batch_size: i
     return rows
 
 
+def check_dynamics_rows(dataset, dynamics) -> None:
+    """`check_fit_rows` for fitting a dynamics ensemble with settings ``dynamics`` (a `DynamicsConfig`)
+    on ``dataset``'s transitions."""
+    check_fit_rows(len(dataset), dynamics.holdout_ratio, dynamics.max_holdout, dynamics.batch_size,
+                   f"the dataset ({dataset.source})")
+
+
 def check_fit_rows(rows: int, holdout_ratio: float, max_holdout: Optional[int], batch_size: int,
                    what: str = "the data") -> None:
     """Refuse, in one `DatasetError` line that names the minimum (`min_fit_rows`), too few rows to fit a

@@ -1,0 +1,65 @@
+"""Budgets from Python read the same files as the command line (`mbrl_offline.compose.run_configs`,
+``build_run(..., budget=)``), so the same run from Python and from the command line is the same run."""
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mbrl_offline import build_run, load_dataset
+from mbrl_offline.cli import CONFIG_DIR, compose, train_sections
+from mbrl_offline.compose import run_configs
+from mbrl_offline.errors import InputTypeError
+from mbrl_offline.generators import RolloutGeneratorConfig, SyntherGeneratorConfig
+from mbrl_offline.trainer import TrainerConfig
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_run_configs_are_the_command_lines():
+    for choices in (["algo=iql", "generator=synther", "budget=quick"], ["algo=neubay", "budget=quick"],
+                    ["algo=td3bc", "budget=paper"], ["algo=mopo", "generator=ravl", "budget=quick"]):
+        values = dict(c.split("=") for c in choices)
+        expected = train_sections(compose(CONFIG_DIR, "train", choices))[1:]
+        assert run_configs(values["algo"], values["budget"], values.get("generator")) == expected
+    algo, generator, trainer = run_configs("iql", "quick", "synther")
+    assert isinstance(generator, SyntherGeneratorConfig) and generator.samples == 20_000  # the quick budget's
+    assert (trainer.epochs, trainer.updates_per_epoch) == (40, 1000)  # its setting for algo.name=iql
+    assert run_configs("iql", "quick", overrides=["trainer.epochs=3"])[2].epochs == 3
+
+
+def test_build_run_takes_a_budget_for_the_sections_it_is_not_given(tmp_path):
+    data = load_dataset("pendulum-medium")
+    trainer = build_run("td3bc", data, budget="quick", trainer_config=TrainerConfig(run_dir=str(tmp_path / "a")))
+    assert trainer.config.run_dir == str(tmp_path / "a")  # given: used as it is
+    quick = build_run("td3bc", data, budget="quick")
+    assert (quick.config.epochs, quick.config.run_dir) == (40, "runs/td3bc-pendulum-seed0")  # the budget's
+    assert build_run("td3bc", data).config.epochs == 1000  # budget paper, the command line's default
+    with pytest.raises(InputTypeError, match="budget must be a budget's name"):
+        build_run("td3bc", data, budget={"name": "quick"})
+
+
+def test_the_same_run_from_python_and_the_command_line_gives_identical_metrics(tmp_path):
+    """IQL on model rollouts under the quick budget, shortened the same way on both sides; the model
+    is fitted once (by the command line) and read from the same cache by Python."""
+    cache = tmp_path / "cache"
+    short = dict(epochs=2, updates_per_epoch=150, eval_every=1, eval_episodes=2, checkpoint_every=1, tensorboard=False)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "train.py"), "algo=iql", "generator=rollouts", "env=pendulum",
+         "budget=quick", f"trainer.run_dir={tmp_path / 'cli'}", f"dynamics_cache={cache}",
+         *(f"trainer.{k}={str(v).lower()}" for k, v in short.items())], capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-2000:]
+    trainer = build_run("iql", load_dataset("pendulum-medium"), generator_config="rollouts", budget="quick",
+                        trainer_config=TrainerConfig(run_dir=str(tmp_path / "python"), progress=False, **short),
+                        cache_dir=cache)
+    assert isinstance(trainer.generator.config, RolloutGeneratorConfig) and trainer.generator.config.every == 250
+    trainer.train()
+
+    def metrics(folder):
+        records = [json.loads(line) for line in (tmp_path / folder / "metrics.jsonl").read_text().splitlines()]
+        return [{k: v for k, v in r.items() if k not in ("speed", "time", "seconds")} for r in records]
+
+    cli, python = metrics("cli"), metrics("python")
+    assert len(cli) == 2 and cli == python
