@@ -11,7 +11,7 @@ dataset) beside it.
 Both sides get the same arrays: the bundled dataset (``mbrl_offline.load_dataset``) less one common
 holdout of 1000 rows drawn with a fixed seed (``SPLIT_SEED``), which neither side trains on. Our side
 is ``mbrl_offline.build_run`` with the algorithm's config and published generator, the preset
-``configs/preset/<algo>-<dataset>.yaml`` where there is one, as ``examples/train.py`` runs them, with
+``mbrl_offline/configs/preset/<algo>-<dataset>.yaml`` where there is one, as ``mbrl-train`` runs them, with
 one generation per epoch and the dynamics seed set to the run seed (so that seeds differ on both sides).
 
 What each side reports, measured the same way on both:
@@ -84,10 +84,13 @@ def common_data(dataset_name: str):
 
 
 def preset(algo: str, dataset_name: str, part: str = "algo") -> dict:
-    """The ``part`` (``algo`` or ``generator``) settings of ``configs/preset/<algo>-<dataset>.yaml`` ({}
+    """The ``part`` (``algo`` or ``generator``) settings of ``mbrl_offline/configs/preset/<algo>-<dataset>.yaml`` ({}
     where there is none)."""
     from omegaconf import OmegaConf
-    path = ROOT / "configs" / "preset" / f"{algo}-{dataset_name}.yaml"
+
+    from mbrl_offline.config import CONFIG_DIR
+
+    path = CONFIG_DIR / "preset" / f"{algo}-{dataset_name}.yaml"
     return OmegaConf.to_container(OmegaConf.load(path)).get(part, {}) if path.is_file() else {}
 
 

@@ -12,7 +12,7 @@ OfflineRL-Kit's side builds the objects that ``run_mopo.py`` / ``run_mobile.py``
 (``EnsembleDynamicsModel``, ``EnsembleDynamics``, ``StandardScaler``, its termination function,
 ``ActorProb``/``Critic``/``TanhDiagGaussian``, ``MOPOPolicy``/``MOBILEPolicy``, its ``ReplayBuffer``s,
 the cosine actor schedule), with the per-dataset values of our preset
-(``configs/preset/<algo>-<dataset>.yaml``, which holds OfflineRL-Kit's suggested values), seeded as
+(``mbrl_offline/configs/preset/<algo>-<dataset>.yaml``, which holds OfflineRL-Kit's suggested values), seeded as
 those scripts seed, then runs ``EnsembleDynamics.train`` and ``MBPolicyTrainer.train`` themselves.
 The budget (``--dynamics-max-epochs``, ``--epochs``, ``--updates-per-epoch``, ``--rollouts``,
 ``--eval-episodes``) is the same for both sides.

@@ -1,36 +1,9 @@
-"""Make D4RL-style datasets for an env: `python examples/collect.py env=hopper [collect.<setting>=<value> ...]`.
+"""The collect tool, run from a checkout: make D4RL-style datasets for an env.
 
-Trains a SAC behaviour policy online and writes random / medium / medium-replay / expert /
-medium-expert datasets as Minari datasets (and D4RL HDF5 files in the run folder). Interrupt it
-at any time; the same command resumes. Settings: configs/collect.yaml (``env=`` picks the env, as for
-train.py; every ``collect.*`` setting is a field of CollectConfig in mbrl_offline/collect.py).
-
-``--help`` lists them; ``--cfg job`` prints the composed config and collects nothing. Paths may hold
-spaces and any characters: ``collect.run_dir='runs/données 1'``.
+The installed package runs the same tool as ``mbrl-collect`` or ``python -m mbrl_offline collect``;
+its code and its ``--help`` text are in mbrl_offline/tools/collect.py.
 """
-import sys
-from pathlib import Path
-
-from mbrl_offline.cli import cli_main, tool_config
-
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-
-
-@cli_main
-def main(argv: list[str]) -> None:
-    from mbrl_offline.collect import CollectConfig, collect
-    from mbrl_offline.config import config_to_dataclass
-    from mbrl_offline.data.minari_io import read_minari
-
-    cfg = tool_config(argv, __doc__, CONFIGS, "collect")
-    config = config_to_dataclass(CollectConfig, {**cfg.collect, "env": cfg.env.name}, "collect")
-    written = collect(config)
-    print(f"\n{'level':<15} {'transitions':>11} {'episodes':>8} {'return':>9} {'score':>6}  location")
-    for level, path in written.items():
-        meta = read_minari(path).metadata
-        print(f"{level:<15} {meta['transitions']:>11} {meta['episodes']:>8} {meta['data_return_mean']:>9.1f} "
-              f"{meta['data_normalized_score_mean']:>6.1f}  {path}")
-
+from mbrl_offline.tools.collect import main
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

@@ -1,41 +1,9 @@
-"""Evaluate a trained policy: `python examples/evaluate.py checkpoint=runs/ravl-hopper-seed0/checkpoint.pt`.
+"""The evaluate tool, run from a checkout: evaluate a trained policy in the real env.
 
-Runs the deterministic policy in the real env and prints the mean return and D4RL-normalised score.
-Settings: ``episodes=10`` (at least 1), ``seed=0`` (at least 0), ``device=cpu`` (one this machine has);
-each is checked before the checkpoint is read (configs/evaluate.yaml). ``--help`` lists them; ``--cfg job``
-prints the composed config and evaluates nothing.
+The installed package runs the same tool as ``mbrl-evaluate`` or ``python -m mbrl_offline evaluate``;
+its code and its ``--help`` text are in mbrl_offline/tools/evaluate.py.
 """
-import sys
-from pathlib import Path
-
-from mbrl_offline.cli import cli_main, tool_config
-
-CONFIGS = Path(__file__).resolve().parent.parent / "configs"
-
-
-@cli_main
-def main(argv: list[str]) -> None:
-    from mbrl_offline.algorithms import load_policy
-    from mbrl_offline.config import check_device, require_nonnegative, require_positive
-    from mbrl_offline.data.envs import get_env_info
-    from mbrl_offline.errors import ConfigError
-    from mbrl_offline.evaluation import evaluate_policy
-
-    cfg = tool_config(argv, __doc__, CONFIGS, "evaluate")
-    if not cfg.checkpoint:
-        raise ConfigError("give the checkpoint to evaluate: checkpoint=runs/<run>/checkpoint.pt")
-    require_positive(cfg, "episodes", section="")
-    require_nonnegative(cfg, "seed", section="")
-    if not isinstance(cfg.seed, int):
-        raise ConfigError(f"seed = {cfg.seed!r} must be a whole number of at least 0.")
-    check_device(cfg.device)
-    agent, state = load_policy(cfg.checkpoint, cfg.device)
-    env = get_env_info(state["env"])
-    result = evaluate_policy(agent.episode_policy(deterministic=True), env, cfg.episodes, cfg.seed)
-    print(f"{state['algorithm']} on {env.gym_id}, epoch {state['epoch']}, {cfg.episodes} episodes: "
-          f"return {result['return_mean']:.1f} ± {result['return_std']:.1f}, "
-          f"normalised score {result['normalized_score']:.1f} ± {result['normalized_score_std']:.1f}")
-
+from mbrl_offline.tools.evaluate import main
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

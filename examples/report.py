@@ -1,29 +1,9 @@
-"""Report logged runs and sweeps: `python examples/report.py runs/... [sweeps/...] [--out reports]`.
+"""The report tool, run from a checkout: score tables and learning curves of runs and sweeps.
 
-Each path is a run folder (written by train.py), a sweep folder (sweep.py) or a folder holding them.
-Writes ``report.md`` (a table of final normalised scores per algorithm and dataset: last evaluation and
-mean of the last ten, mean ± std over seeds; for sweeps the best trials, parameter importances and the
-online evaluation episodes the tuning used) and learning-curve PNGs beside it. ``--help`` lists the
-options; ``--cfg job`` prints them as YAML and reads nothing.
+The installed package runs the same tool as ``mbrl-report`` or ``python -m mbrl_offline report``;
+its code and its ``--help`` text are in mbrl_offline/tools/report.py.
 """
-import shlex
-import sys
-
-from mbrl_offline.cli import ToolArgumentParser, cli_main
-
-
-@cli_main
-def main(argv: list[str]) -> None:
-    from mbrl_offline.report import write_report
-
-    parser = ToolArgumentParser("report.py", __doc__)
-    parser.add_argument("paths", nargs="+", help="run folders, sweep folders, or folders holding them")
-    parser.add_argument("--out", default="reports", help="folder for report.md and the PNG figures (default: reports)")
-    args = parser.parse_args(argv)
-    command = "python examples/report.py " + " ".join(shlex.quote(a) for a in argv)
-    report = write_report(args.paths, args.out, command)
-    print(f"wrote {report} and {len(list(report.parent.glob('*.png')))} figure(s) in {report.parent}")
-
+from mbrl_offline.tools.report import main
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

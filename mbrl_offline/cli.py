@@ -1,4 +1,7 @@
-"""Helpers for the command-line entry points in ``examples/`` (Hydra stays at that edge).
+"""Helpers for the command-line tools in `mbrl_offline.tools` (Hydra stays at that edge).
+
+The tools run as console scripts (``mbrl-train``), as ``python -m mbrl_offline train`` and as
+``python examples/train.py``; their configs are the package's (`mbrl_offline.config.CONFIG_DIR`).
 
 `compose` builds a run's config from Hydra's groups and the overrides; `cli_main` makes every library
 error a single ``error: ...`` line on stderr and exit status 2. The conversion of configs to and from
@@ -17,23 +20,24 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TypeVar
 
 from mbrl_offline import mkl_avx512
-from mbrl_offline.config import (check_writable_dir, config_to_dataclass, config_to_dict, did_you_mean,
-                                 unknown_settings, unknown_settings_message)
+from mbrl_offline.config import (check_writable_dir, config_path_shown, config_to_dataclass, config_to_dict,
+                                 did_you_mean, unknown_settings, unknown_settings_message)
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-CONFIG_DIR = Path(__file__).resolve().parent.parent / "configs"  # the tools' Hydra configs
 
 
 def cli_main(fn: F) -> F:
-    """Print library errors as one line and exit with status 2 instead of a traceback."""
+    """A tool's ``main(argv=None)``: ``argv`` defaults to the process's arguments (``sys.argv[1:]``), as a
+    console script calls it; library errors are printed as one line and exit with status 2 instead of a
+    traceback."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(argv: "list[str] | None" = None):
         try:
             mkl_avx512.check_environment()
-            return fn(*args, **kwargs)
+            return fn(list(sys.argv[1:] if argv is None else argv))
         except MbrlOfflineError as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
             sys.exit(2)
@@ -76,7 +80,7 @@ def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
 
 @dataclasses.dataclass
 class TrainSettings:
-    """The top-level settings of ``configs/train.yaml`` (and tune.yaml, which includes it): their types,
+    """The top-level settings of ``mbrl_offline/configs/train.yaml`` (and tune.yaml, which includes it): their types,
     which `compose` holds every value to (`mbrl_offline.config.parse_setting`: ``overwrite=no`` is refused,
     never read as true)."""
 
@@ -92,7 +96,7 @@ class TrainSettings:
 
 @dataclasses.dataclass
 class InspectSettings:
-    """The top-level settings of ``configs/inspect_dataset.yaml``."""
+    """The top-level settings of ``mbrl_offline/configs/inspect_dataset.yaml``."""
 
     dataset: Optional[str] = None
     out: Optional[str] = None
@@ -101,7 +105,7 @@ class InspectSettings:
 
 @dataclasses.dataclass
 class EvaluateSettings:
-    """The top-level settings of ``configs/evaluate.yaml``."""
+    """The top-level settings of ``mbrl_offline/configs/evaluate.yaml``."""
 
     checkpoint: Optional[str] = None
     episodes: int = 10
@@ -120,12 +124,12 @@ def compose(config_dir: str, config_name: str, overrides: list[str]):
     override (unknown group option or key, unparsable value, a key missing: ``=5``) becomes one
     `ConfigError` line, which names every unknown setting at once (`_compose`).
 
-    A budget (``configs/budget/``) may hold settings for some runs only, under ``budget.when``:
+    A budget (``mbrl_offline/configs/budget/``) may hold settings for some runs only, under ``budget.when``:
     ``"<key>=<value>": {settings}`` applies where the composed config has that value (e.g. the quick
     budget's rollout count where ``generator.kind=rollouts``, its update count where
     ``algo.name=td3bc``). They go in as overrides before the command line's, which win.
 
-    A preset (``configs/preset/``) that sets a setting the run's generator or algorithm lacks is refused
+    A preset (``mbrl_offline/configs/preset/``) that sets a setting the run's generator or algorithm lacks is refused
     naming the preset (`check_preset_settings`). The top-level settings are held to their types
     (`TOOL_SETTINGS`): a boolean is true or false, nothing else.
 
@@ -298,7 +302,7 @@ def moved_setting_hint(key: str, cfg) -> str:
 
 
 def check_preset_settings(cfg, config_dir, preset: str) -> None:
-    """Refuse, naming the preset's file, a preset (``configs/preset/<preset>.yaml``) that sets a setting
+    """Refuse, naming the preset's file, a preset (``mbrl_offline/configs/preset/<preset>.yaml``) that sets a setting
     the run's generator or algorithm does not have (``generator.rollout.*`` of a MOPO preset on a run
     with ``generator=synther``). Without this the setting would be refused as the user's own mistake."""
     import yaml
@@ -312,7 +316,7 @@ def check_preset_settings(cfg, config_dir, preset: str) -> None:
     kind, algo = OmegaConf.select(cfg, "generator.kind"), OmegaConf.select(cfg, "algo.name")
     if values.get("preset_for", algo) != algo or values.get("preset_env", cfg.env.name) != cfg.env.name:
         return  # a preset for another algorithm or env: `check_preset` says so
-    where = f"preset {preset} (configs/preset/{preset}.yaml)"
+    where = f"preset {preset} ({config_path_shown('preset', f'{preset}.yaml')})"
     if isinstance(values.get("generator"), dict) and kind in GENERATORS:
         bad = unknown_settings(GENERATORS[kind][0], values["generator"], "generator")
         if bad:
@@ -367,7 +371,7 @@ def resolve_train_config(cfg):
 
 
 def check_preset(cfg, env_name: str, dataset: "str | None" = None) -> None:
-    """Refuse a preset (configs/preset/) on a run it was not made for: each names the algorithm
+    """Refuse a preset (mbrl_offline/configs/preset/) on a run it was not made for: each names the algorithm
     (``preset_for``), the env (``preset_env``) and the dataset (``preset_dataset``) whose published
     settings it holds. ``dataset`` is the run's dataset as named (a bundled name, a D4RL file, a
     Minari id); ``preset_dataset=null`` applies the preset to other data on purpose."""
@@ -414,8 +418,8 @@ def check_run_settings(cfg) -> None:
 
 
 def build_trainer(cfg, callbacks=None):
-    """The `Trainer` that a composed ``train`` config describes (``examples/train.py``): the dataset,
-    the agent, its generator with its model (trained or from the cache) and the trainer settings
+    """The `Trainer` that a composed ``train`` config describes (the train tool, `mbrl_offline.tools.train`): the
+    dataset, the agent, its generator with its model (trained or from the cache) and the trainer settings
     (`mbrl_offline.build_run`)."""
     import torch
 
@@ -442,10 +446,58 @@ def build_trainer(cfg, callbacks=None):
 
 
 # ------------------------------------------------------------------------------------ the tools' command line
-# Every tool in examples/ takes the same command line: ``--help``/``-h``, ``--cfg job`` and Hydra overrides
+# Every tool (mbrl_offline/tools/) takes the same command line: ``--help``/``-h``, ``--cfg job`` and Hydra overrides
 # (``group=option``, ``key=value``), parsed here once. `tool_config` is the whole of it for a tool with one
 # config; `parse_command_line`, `print_config` and `tool_help` are its parts, for tools that compose several
 # configs (edge_of_reach.py); `ToolArgumentParser` gives the tools that take options (report.py) the same habits.
+
+@dataclasses.dataclass(frozen=True)
+class Tool:
+    """One command-line tool: its module, whose ``main(argv=None)`` runs it and whose docstring is its
+    ``--help`` text; its script in a checkout's ``examples/``; and one line on what it does."""
+
+    module: str
+    example: str
+    summary: str
+
+
+# The command-line tools, the one list of them: ``python -m mbrl_offline <name>`` dispatches from it
+# (mbrl_offline/__main__.py), and setup.cfg's console scripts are ``mbrl-<name>`` for each (a test checks
+# that the two agree).
+TOOLS = {
+    "train": Tool("mbrl_offline.tools.train", "train.py", "train an agent (with its generator) on a dataset"),
+    "sweep": Tool("mbrl_offline.tools.sweep", "sweep.py", "tune an agent's settings with Optuna"),
+    "evaluate": Tool("mbrl_offline.tools.evaluate", "evaluate.py", "evaluate a trained policy in the real env"),
+    "collect": Tool("mbrl_offline.tools.collect", "collect.py", "make D4RL-style datasets for an env"),
+    "report": Tool("mbrl_offline.tools.report", "report.py", "score tables and learning curves of runs and sweeps"),
+    "inspect": Tool("mbrl_offline.tools.inspect_dataset", "inspect_dataset.py",
+                    "check and summarise a dataset, export it to D4RL HDF5"),
+    "bandit": Tool("mbrl_offline.tools.bandit", "bandit.py", "NEUBAY's bandit illustration (an experiment)"),
+    "dynamics-error": Tool("mbrl_offline.tools.dynamics_error", "dynamics_error.py",
+                           "PGD's dynamics error against a world model's (an experiment)"),
+    "edge-of-reach": Tool("mbrl_offline.tools.edge_of_reach", "edge_of_reach.py",
+                          "MOPO and RAVL with learned and true dynamics (an experiment)"),
+}
+MODULE_PROG = "python -m mbrl_offline"  # how `python -m mbrl_offline <tool>` names itself in sys.argv[0]
+
+
+def console_script(tool: str) -> str:
+    """The console script of tool ``tool``: ``mbrl-train``."""
+    return f"mbrl-{tool}"
+
+
+def invoked_as(tool: str | None = None) -> str:
+    """How the running tool was started, as its usage line and messages show it: ``mbrl-train`` (a
+    console script), ``python -m mbrl_offline train`` or ``python examples/train.py``. With ``tool``, how
+    to start that tool the same way (``invoked_as("report")`` in ``mbrl-sweep`` is ``mbrl-report``)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    name = Path(argv0).name
+    if argv0.startswith(MODULE_PROG + " "):  # set by mbrl_offline/__main__.py
+        return f"{MODULE_PROG} {tool}" if tool else argv0
+    if name.startswith("mbrl-") and not name.endswith(".py"):
+        return console_script(tool) if tool else name
+    return f"python examples/{TOOLS[tool].example if tool else (name or 'train.py')}"
+
 
 HELP_FLAGS = ("-h", "--help")
 CFG_FLAGS = ("-c", "--cfg")
@@ -455,14 +507,14 @@ CFG_FLAGS = ("-c", "--cfg")
 SETTING_DOCS = {
     "trainer": "the fields of TrainerConfig (mbrl_offline/trainer.py)",
     "env": "env.name and env.dataset (a bundled name, D4RL .hdf5 file or Minari id; null: the env's default), "
-           "configs/env/<name>.yaml; the env registry is mbrl_offline/data/envs.py",
-    "budget": "a training schedule, configs/budget/<name>.yaml (trainer.* settings, and under budget.when "
-              "settings for some runs only)",
-    "preset": "published per-dataset settings, configs/preset/<algo>-<env>-<dataset>.yaml",
+           f"{config_path_shown('env', '<name>.yaml')}; the env registry is mbrl_offline/data/envs.py",
+    "budget": f"a training schedule, {config_path_shown('budget', '<name>.yaml')} (trainer.* settings, and under "
+              "budget.when settings for some runs only)",
+    "preset": f"published per-dataset settings, {config_path_shown('preset', '<algo>-<env>-<dataset>.yaml')}",
     "sweep": "the fields of SweepConfig (mbrl_offline/tune.py); the search space is sweep.space",
     "collect": "the fields of CollectConfig (mbrl_offline/collect.py)",
     "bandit": "the fields of BanditConfig (mbrl_offline/bandit.py); bandit=cpu (CPU sizes) or bandit=paper (the "
-              "official sizes), configs/bandit/<name>.yaml",
+              f"official sizes), {config_path_shown('bandit', '<name>.yaml')}",
 }
 
 
@@ -502,7 +554,7 @@ QUOTING_NOTE = ("Values are read as Hydra overrides (lists key=[a,b], interpolat
 
 
 def tool_config(argv: list[str], doc: str, config_dir, config_name: str, extra_settings: dict | None = None):
-    """A tool's command line, the same for every tool in examples/: ``--help`` prints `tool_help` and
+    """A tool's command line, the same for every tool: ``--help`` prints `tool_help` and
     exits 0; ``--cfg job`` prints the composed config (`compose`: budget settings applied) as YAML and
     exits 0; anything else is Hydra overrides, and the composed config is returned."""
     overrides, show = parse_command_line(argv, doc, config_dir, config_name, extra_settings)
@@ -535,7 +587,8 @@ def parse_command_line(argv: list[str], doc: str, config_dir, config_name: str,
         elif arg == "--resolve":
             continue
         elif arg in ("-m", "--multirun"):
-            raise ConfigError(f"{arg}: the tools run one job; for a search over settings use examples/sweep.py.")
+            raise ConfigError(f"{arg}: the tools run one job; for a search over settings use the sweep tool "
+                              f"({invoked_as('sweep')}).")
         elif arg.startswith("-"):
             raise ConfigError(f"unknown option '{arg}'; the tools take --help, --cfg job and setting=value "
                               f"overrides (see --help).")
@@ -555,12 +608,11 @@ def print_config(cfg) -> None:
 def tool_help(doc: str, config_dir, config_name: str, extra_settings: dict | None = None) -> str:
     """A tool's ``--help``: its purpose (the first paragraph of its module docstring), its config groups
     and their options (read from ``config_dir``), and where each setting is documented."""
-    prog = Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "tool.py"
     groups, settings = config_layout(config_dir, config_name)
     lines = [purpose(doc), "",
-             f"usage: python examples/{prog} [--help] [--cfg job] [group=option ...] [setting=value ...]", ""]
+             f"usage: {invoked_as()} [--help] [--cfg job] [group=option ...] [setting=value ...]", ""]
     if groups:
-        lines.append("Config groups (configs/<group>/); choose one option with group=option:")
+        lines.append(f"Config groups ({config_path_shown('<group>')}/); choose one option with group=option:")
         for group, options, default in groups:
             if default is None:
                 shown = "none"
@@ -571,7 +623,8 @@ def tool_help(doc: str, config_dir, config_name: str, extra_settings: dict | Non
             lines.append(f"  {group}: {', '.join(options)} (default: {shown})")
     else:
         lines.append("Config groups: none.")
-    lines += ["", f"Settings (configs/{config_name}.yaml and the files it includes), where each is documented:"]
+    lines += ["", f"Settings ({config_path_shown(config_name + '.yaml')} and the files it includes), where each is "
+                  "documented:"]
     section_names = {name for name, _, _ in settings}
     for group, _, _ in groups:
         if group in setting_docs() and group not in section_names:
@@ -602,7 +655,7 @@ def purpose(doc: str) -> str:
 
 
 def config_layout(config_dir, config_name: str) -> tuple[list, list]:
-    """What ``configs/<config_name>.yaml`` is made of, read from the files (nothing composed):
+    """What ``<config_dir>/<config_name>.yaml`` is made of, read from the files (nothing composed):
     ``(groups, settings)``, groups as ``(group, options, default option)`` for each config group
     (a folder of ``config_dir``) its defaults list names, settings as ``(name, default, comment)`` for
     each top-level key of it and of the configs it includes (a section such as ``trainer`` with the

@@ -33,7 +33,8 @@ def run_configs(algo: str, budget: str = "paper", generator: Optional[str] = Non
     budgets (``budget.when`` included) and checks of each setting. ``generator``: a ``generator=`` choice
     (a kind such as ``synther``, or an algorithm's name for its published generator; None: ``algo``'s own).
     ``overrides``: more ``key=value`` settings, as on the command line (``trainer.epochs=5``)."""
-    from mbrl_offline.cli import CONFIG_DIR, compose, train_sections
+    from mbrl_offline.cli import compose, train_sections
+    from mbrl_offline.config import CONFIG_DIR
 
     choices = [f"algo={algo}", f"budget={budget}"]
     choices += [f"generator={generator}"] if generator is not None else []
@@ -45,7 +46,7 @@ def run_configs(algo: str, budget: str = "paper", generator: Optional[str] = Non
 
 def env_choice(dataset) -> Optional[str]:
     """The ``env=`` choice of ``dataset``'s env, where the config files have one (None: the default)."""
-    from mbrl_offline.cli import CONFIG_DIR
+    from mbrl_offline.config import CONFIG_DIR
 
     name = getattr(dataset, "env_name", None)
     return name if name and (Path(CONFIG_DIR) / "env" / f"{name}.yaml").is_file() else None

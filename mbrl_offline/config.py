@@ -14,11 +14,23 @@ import difflib
 import math
 import numbers
 import typing
+from pathlib import Path
 from typing import Any, Iterable, TypeVar
 
 from mbrl_offline.errors import ConfigError
 
 T = TypeVar("T")
+
+# The command-line tools' Hydra configs (train.yaml, algo/, generator/, env/, budget/, preset/, sweep/, ...),
+# shipped inside the package as package data: every tool, test and message finds them here.
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+def config_path_shown(*parts: str) -> str:
+    """A file or folder of `CONFIG_DIR` as messages and ``--help`` name it, from the package's folder on:
+    ``config_path_shown("preset", "x.yaml")`` is ``mbrl_offline/configs/preset/x.yaml``, the same in a checkout
+    and in an installed package."""
+    return "/".join(["mbrl_offline", "configs", *parts])
 
 
 def did_you_mean(name: str, choices: Iterable[str], prefix: str = "") -> str:

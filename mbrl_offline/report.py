@@ -5,7 +5,7 @@ by dataset and algorithm; a group's seeds give the mean and the spread. The tabl
 the last evaluation and the mean of the last ten evaluations (OfflineRL-Kit's figure), each as mean ±
 standard deviation over seeds; never the best evaluation, which overstates what a run delivers.
 
-A sweep folder (one with ``sweep.json``, from ``examples/sweep.py``) is reported as a sweep: its best
+A sweep folder (one with ``sweep.json``, from the sweep tool, ``mbrl-sweep``) is reported as a sweep: its best
 trials, the importance of each parameter, how many evaluation episodes the tuning ran in the real env,
 and the learning curves of its best trials.
 """
@@ -120,7 +120,7 @@ def find_runs(paths: list[str | Path]) -> tuple[list[Run], list[SweepSummary]]:
                 subfolders.sort()
     if not runs and not sweeps:
         raise ReportError(f"no runs found under {', '.join(map(str, paths))} (a run folder holds run.json and "
-                          f"metrics.jsonl, written by examples/train.py).")
+                          f"metrics.jsonl, written by the train tool, mbrl-train).")
     return runs, sweeps
 
 

@@ -213,8 +213,8 @@ def _journal_storage(path: str):
 def check_storage(storage: Optional[str]) -> None:
     """Refuse, in one `ConfigError` line, a ``sweep.storage`` file that could not be made: a journal file
     or sqlite database below a regular file, in a folder that cannot be written, or that is itself a
-    folder (`mbrl_offline.config.check_writable_dir`). examples/sweep.py calls it before any trial
-    starts; `open_storage` again. URLs of database servers are not checked here."""
+    folder (`mbrl_offline.config.check_writable_dir`). The sweep tool (mbrl_offline/tools/sweep.py) calls it
+    before any trial starts; `open_storage` again. URLs of database servers are not checked here."""
     from mbrl_offline.config import check_writable_dir
 
     if storage is None:

@@ -12,6 +12,7 @@ import yaml
 from mbrl_offline.bandit import (ARMS, INPUT_DIM, BanditConfig, BanditEnv, EpisodeBuffer, LearnedBandit, RecurrentDQN,
                                  RewardEnsemble, agent_inputs, bandit_data, clip_group, evaluate, first_inputs,
                                  fit_reward_ensemble, play, results_table, plot_results, soft_clamp, train_agent)
+from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.errors import ConfigError, InputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -281,7 +282,7 @@ def test_config_checks_and_the_yaml_sizes_are_the_dataclass():
     with pytest.raises(ConfigError, match="eval_probs"):
         BanditConfig(eval_probs=(0.5, 1.5)).validate()
     for name, config in (("cpu", BanditConfig()), ("paper", BanditConfig.paper())):
-        values = yaml.safe_load((ROOT / "configs" / "bandit" / f"{name}.yaml").read_text())
+        values = yaml.safe_load((CONFIG_DIR / "bandit" / f"{name}.yaml").read_text())
         expected = dataclasses.asdict(config)
         expected["eval_probs"] = list(expected["eval_probs"])
         assert values == expected, name

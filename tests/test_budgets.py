@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from mbrl_offline import build_run, load_dataset
-from mbrl_offline.cli import CONFIG_DIR, compose, train_sections
+from mbrl_offline.cli import compose, train_sections
+from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.compose import run_configs
 from mbrl_offline.errors import InputTypeError
 from mbrl_offline.generators import RolloutGeneratorConfig, SyntherGeneratorConfig

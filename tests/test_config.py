@@ -5,7 +5,7 @@ import json
 import pytest
 
 from mbrl_offline.algorithms import ALGORITHMS
-from mbrl_offline.config import config_to_dataclass, config_to_dict, did_you_mean
+from mbrl_offline.config import CONFIG_DIR, config_to_dataclass, config_to_dict, did_you_mean
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import generator_config
 from mbrl_offline.trainer import TrainerConfig
@@ -83,10 +83,8 @@ def test_a_run_folder_is_never_deleted_for_a_value_that_only_looks_true(tmp_path
                                             ("train", "keep_freed_memory=0"), ("tune", "overwrite=no"),
                                             ("inspect_dataset", "overwrite=no"), ("evaluate", "episodes=true")])
 def test_every_tool_holds_its_top_level_settings_to_their_types(tool, override):
-    from pathlib import Path
-
     from mbrl_offline.cli import compose
 
     key = override.partition("=")[0]
     with pytest.raises(ConfigError, match=rf"^{key} = .* has the wrong type; expected"):
-        compose(Path(__file__).resolve().parents[1] / "configs", tool, [override])
+        compose(CONFIG_DIR, tool, [override])

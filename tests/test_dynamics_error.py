@@ -1,4 +1,4 @@
-"""examples/dynamics_error.py (PGD's claim, measured): its parts compute what they say, the tool runs end to
+"""The dynamics-error tool (mbrl_offline/tools/dynamics_error.py, PGD's claim, measured): its parts compute what they say, the tool runs end to
 end at tiny sizes, and bad settings are refused in one line before any work."""
 import sys
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from test_tools_cli import load_tool, run_in_process
+from test_tools_cli import run_in_process
 
 TINY = ["starts=6", "length=8", "unet_base=16", "diffusion_steps=40", "sampler_steps=4", "dynamics_hidden=16",
         "dynamics_max_epochs=2", "policy_updates=20", "torch_threads=1", "scale=1.0"]
@@ -14,7 +14,9 @@ TINY = ["starts=6", "length=8", "unet_base=16", "diffusion_steps=40", "sampler_s
 
 @pytest.fixture(scope="module")
 def tool():
-    return load_tool("dynamics_error")
+    import mbrl_offline.tools.dynamics_error
+
+    return mbrl_offline.tools.dynamics_error
 
 
 @pytest.fixture(scope="module")

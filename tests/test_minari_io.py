@@ -49,7 +49,7 @@ def test_missing_minari_dataset_names_the_fix(minari_root):
         load_dataset("mujoco/hopper/medium-v0")
     message = str(info.value)
     assert str(minari_root / "mujoco/hopper/medium-v0") in message
-    assert "python examples/collect.py env=hopper" in message and "minari download mujoco/hopper/medium-v0" in message
+    assert "mbrl-collect env=hopper collect.namespace=mujoco" in message and "minari download mujoco/hopper/medium-v0" in message
 
 
 def test_corrupt_minari_file_is_reported(minari_root, hopper_data):

@@ -14,7 +14,7 @@ from mbrl_offline import build_run, load_dataset
 from mbrl_offline.algorithms import TD3BC, TD3BCConfig, load_policy
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.cli import compose, resolve_train_config
-from mbrl_offline.config import check_writable_dir
+from mbrl_offline.config import CONFIG_DIR, check_writable_dir
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError
 from mbrl_offline.generators import PosteriorConfig, PosteriorGeneratorConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import DynamicsConfig
@@ -22,7 +22,7 @@ from mbrl_offline.trainer import Trainer, TrainerConfig
 from mbrl_offline.utils import atomic_torch_save
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
+CONFIGS = CONFIG_DIR
 SMALL_DYNAMICS = DynamicsConfig(ensemble_size=2, num_elites=2, hidden_size=8, batch_size=32,
                                 max_epochs=1)
 POSTERIOR_DYNAMICS = replace(SMALL_DYNAMICS, record_uncertainty=True)  # as the posterior needs

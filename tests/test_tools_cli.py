@@ -1,5 +1,7 @@
-"""One command-line style for every tool in examples/: ``--help``, ``--cfg job``, one-line errors and
-override values that may be any file path (mbrl_offline/cli.py: tool_config, quote_overrides)."""
+"""One command-line style for every tool (mbrl_offline/tools/, run here as examples/<tool>.py): ``--help``,
+``--cfg job``, one-line errors and override values that may be any file path (mbrl_offline/cli.py: tool_config,
+quote_overrides)."""
+import importlib
 import importlib.util
 import os
 import re
@@ -12,12 +14,13 @@ import pytest
 import yaml
 
 from mbrl_offline.cli import compose, quote_overrides, setting_docs
+from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.errors import ConfigError
 
 from test_train_cli import RUN_TINY
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
+CONFIGS = CONFIG_DIR
 TOOLS = sorted(p.stem for p in (ROOT / "examples").glob("*.py"))
 GROUPS = ["algo", "generator", "env", "budget", "preset"]
 # The config groups each tool's --help must list (the tools without a config take options instead).
@@ -36,6 +39,13 @@ def load_tool(name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def tool_doc(name: str) -> str:
+    """The docstring of the module whose ``main`` examples/<name>.py runs: the tool's --help text."""
+    module = load_tool(name)
+    home = module.main.__module__
+    return importlib.import_module(home).__doc__ if home.startswith("mbrl_offline.") else module.__doc__
 
 
 def run_in_process(name: str, argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
@@ -67,13 +77,13 @@ def test_help_gives_purpose_groups_and_where_settings_are_documented(tool, flag,
     monkeypatch.chdir(tmp_path)
     status, out, err = run_in_process(tool, ["algo=ravl", flag], monkeypatch, capsys)
     assert status == 0 and err == "", err
-    doc = load_tool(tool).__doc__.strip().split("\n\n")[0]
+    doc = tool_doc(tool).strip().split("\n\n")[0]
     assert doc.splitlines()[0].split(":")[0] in out  # the purpose: the docstring's first paragraph
     assert "--cfg job" in out
     out = " ".join(out.split())  # the help is wrapped to the terminal's width
     groups = TOOL_GROUPS[tool]
     if groups is not None:
-        for group in groups:  # each group with its options, read from configs/<group>/
+        for group in groups:  # each group with its options, read from mbrl_offline/configs/<group>/
             options = ", ".join(sorted(p.stem for p in (CONFIGS / group).glob("*.yaml")))
             assert f" {group}: {options} (default: " in out, out
         if "algo" in groups:

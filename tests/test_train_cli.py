@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from mbrl_offline.config import CONFIG_DIR
+
 ROOT = Path(__file__).resolve().parents[1]
 RUN_TINY = ["env=pendulum", "trainer.epochs=2", "trainer.updates_per_epoch=5", "trainer.eval_episodes=1",
             "trainer.progress=false", "torch_threads=1"]
@@ -99,11 +101,11 @@ def test_train_then_evaluate(tmp_path, device):
     ("=5", "error: override '=5' names no setting; write setting=value, e.g. seed=5."),
     # the preset, not the user, set what the chosen generator lacks
     ("algo=mopo preset=mopo-hopper-medium generator=synther",
-     "error: preset mopo-hopper-medium (configs/preset/mopo-hopper-medium.yaml) sets generator.rollout, which generator "
-     "synther does not have: its values are for mopo's own generator; leave generator= unset"),
+     "error: preset mopo-hopper-medium (mbrl_offline/configs/preset/mopo-hopper-medium.yaml) sets generator.rollout, "
+     "which generator synther does not have: its values are for mopo's own generator; leave generator= unset"),
     ("algo=neubay preset=neubay-hopper-medium generator=none",
-     "error: preset neubay-hopper-medium (configs/preset/neubay-hopper-medium.yaml) sets generator.mixing, "
-     "generator.dynamics, which generator none does not have"),
+     "error: preset neubay-hopper-medium (mbrl_offline/configs/preset/neubay-hopper-medium.yaml) sets "
+     "generator.mixing, generator.dynamics, which generator none does not have"),
     # a setting another makes ineffective is refused, naming both
     ("algo=neubay generator.every=500", "error: generator.every=500 has no effect while generator.utd=0.05 schedules "
                                         "the generations"),
@@ -186,7 +188,7 @@ def test_budgets_set_each_run_what_fits_it_and_the_command_line_wins():
     from mbrl_offline.cli import compose, resolve_train_config
 
     def parts(*overrides):
-        _, _, generator, trainer, _ = resolve_train_config(compose(ROOT / "configs", "train", list(overrides)))
+        _, _, generator, trainer, _ = resolve_train_config(compose(CONFIG_DIR, "train", list(overrides)))
         return generator, trainer
 
     generator, trainer = parts("algo=ravl", "budget=quick")

@@ -18,7 +18,7 @@ from mbrl_offline.algorithms import (COPlannerConfig, IQLConfig, MOBILEConfig, M
                                      RAVLConfig, SACConfig, TD3BCConfig)
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.collect import CollectConfig, collect
-from mbrl_offline.config import check_device, check_writable_dir
+from mbrl_offline.config import CONFIG_DIR, check_device, check_writable_dir
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError
 from mbrl_offline.generators import RolloutConfig, RolloutGeneratorConfig, UPMPCConfig
 from mbrl_offline.models.dynamics import DynamicsConfig
@@ -28,7 +28,7 @@ from mbrl_offline.trainer import RUN_FILES, TrainerConfig, check_run_dir
 from mbrl_offline.tune import PrunerConfig, SamplerConfig, SweepConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "configs"
+CONFIGS = CONFIG_DIR
 NAN = float("nan")
 
 # ------------------------------------------------------------------------------ setting ranges

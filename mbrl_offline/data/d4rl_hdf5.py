@@ -36,7 +36,7 @@ def read_d4rl_hdf5(path: str | os.PathLike, source: Optional[str] = None) -> Off
     source = source or str(path)
     if not path.is_file():
         raise DatasetError(f"{source}: file not found; check the path, or make a dataset with "
-                           "`python examples/collect.py env=<env>`.")
+                           "`mbrl-collect env=<env>`.")
     try:
         with h5py.File(path, "r") as f:
             missing = [k for k in REQUIRED_KEYS if k not in f]

@@ -27,7 +27,7 @@ class EnvInfo:
     ref_min_score: float  # return of a random policy (normalised score 0)
     ref_max_score: float  # return of an expert policy (normalised score 100)
     default_dataset: str  # dataset used when a run names only the env
-    # Defaults for `examples/collect.py` (the D4RL recipe for MuJoCo: 1M-step SAC, 1M-transition datasets).
+    # Defaults for the collect tool, `mbrl-collect` (the D4RL recipe for MuJoCo: 1M-step SAC, 1M-transition datasets).
     expert_steps: int  # online SAC steps for the expert policy
     dataset_size: int  # transitions in each rolled-out dataset (random, medium, expert)
     eval_every: int  # SAC steps between evaluations of the behaviour policy

@@ -159,8 +159,8 @@ def _missing_message(spec: str, dataset_id: str, directory: Path) -> str:
     hint = ""
     parts = dataset_id.split("/")
     if len(parts) == 3 and parts[1] in ENVS:
-        hint = (f" To make it here: `python examples/collect.py env={parts[1]} collect.namespace={parts[0]}` "
-                f"(writes {parts[0]}/{parts[1]}/<level>-v0).")
+        hint = (f" To make it here: `mbrl-collect env={parts[1]} collect.namespace={parts[0]}` "
+                f"(python examples/collect.py in a checkout; writes {parts[0]}/{parts[1]}/<level>-v0).")
     bundled = ", ".join(bundled_datasets())
     return (f"dataset '{spec}' not found: no bundled dataset, file or folder of that name, and no Minari "
             f"dataset at {directory}.{hint} Where there is internet, `minari download {dataset_id}` fetches "
