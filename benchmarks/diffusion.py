@@ -1,5 +1,5 @@
 """Throughput of the diffusion generators (SynthER's residual-MLP denoiser, PGD's temporal U-Net) on this
-machine, at the library's default sizes and the papers' (hopper rows: obs 11, act 3).
+machine, at the library's CPU sizes (``budget=quick``'s) and the papers' (hopper rows: obs 11, act 3).
 
     python benchmarks/diffusion.py [--sizes default paper] [--generators synther pgd] [--threads 2]
                                    [--device cpu] [--repeats 5] [--sample-batch N] [--smoke]
@@ -23,9 +23,9 @@ The table is markdown.
   windows (the gather's cost does not depend on their number).
 * PGD generated transitions/s: `DiffusionModel.sample` of unguided trajectories of 129 rows (128
   transitions each) in calls of the library's ``sample_batch`` (256 trajectories); the sampler runs
-  32 steps at the default size (the library's CPU default) and 256 (the official) at the paper's.
+  32 steps at the default size (``budget=quick``'s) and 256 (the official) at the paper's.
 
-Sizes (``--sizes``): ``default``: the library's (SynthER width 256, 6 blocks; U-Net base 32, 3 levels);
+Sizes (``--sizes``): ``default``: ``budget=quick``'s (SynthER width 256, 6 blocks; U-Net base 32, 3 levels);
 ``paper``: the papers' (width 2048, 6 blocks, 25.5M parameters; U-Net base 1024, 3 levels, about 178M
 parameters for 16 channels). The paper's U-Net is a GPU model (one 129-row trajectory is about 19 GFLOP
 per network evaluation, 511 evaluations at 256 steps), so the paper sizes' measurements are kept to a
@@ -49,8 +49,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import throughput  # noqa: E402  (its matmul peak, flop counter, timer and CPU name)
 
-from mbrl_offline.generators.pgd import PGDGeneratorConfig  # noqa: E402
-from mbrl_offline.generators.synther import SyntherGeneratorConfig  # noqa: E402
+from mbrl_offline.compose import run_configs  # noqa: E402
 from mbrl_offline.models.diffusion import DiffusionModel, EDMConfig, fit_diffusion  # noqa: E402
 
 OBS, ACT = throughput.OBS, throughput.ACT
@@ -81,7 +80,7 @@ class Setting:
 def settings(generator: str, size: str, device: torch.device, sample_batch: int | None = None) -> Setting:
     on_cpu = device.type == "cpu"
     if generator == "synther":
-        config = SyntherGeneratorConfig()
+        config = run_configs("iql", "quick", "synther")[1]  # the CPU sizes: budget=quick's
         width, blocks = {"default": (config.denoiser.width, config.denoiser.blocks), "paper": (2048, 6),
                          "smoke": (32, 2)}[size]
         kwargs = {**dataclasses.asdict(config.denoiser), "width": width, "blocks": blocks}
@@ -92,7 +91,7 @@ def settings(generator: str, size: str, device: torch.device, sample_batch: int 
         n = {"default": config.sample_batch, "paper": 256 if on_cpu else config.sample_batch, "smoke": 64}[size]
         return Setting("synther", size, "resmlp", kwargs, (SYNTHER_DIM,), (SYNTHER_DIM,), 1, train, edm,
                        sample_batch or n, 5 if size != "paper" else 2, big=size == "paper")
-    config = PGDGeneratorConfig()
+    config = run_configs("iql", "quick", "pgd")[1]  # the CPU sizes: budget=quick's
     base = {"default": config.unet.base, "paper": 1024, "smoke": 16}[size]
     kwargs = {"base": base, "levels": config.unet.levels, "groups": config.unet.groups}
     steps = {"default": 100, "paper": 10 if on_cpu else 100, "smoke": 10}[size]

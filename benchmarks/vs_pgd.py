@@ -328,7 +328,7 @@ def main() -> None:
                         help="the Python with the official code's packages (jax, flax, optax, distrax)")
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2, help="cores for each process (both sides)")
-    parser.add_argument("--base", type=int, default=32, help="U-Net base channels (library default 32; paper 1024)")
+    parser.add_argument("--base", type=int, default=32, help="U-Net base channels (budget=quick: 32; paper and default 1024)")
     parser.add_argument("--levels", type=int, default=3, help="U-Net levels (both: 3)")
     parser.add_argument("--batch", type=int, default=32, help="training windows per step (both: 32)")
     parser.add_argument("--window", type=int, default=32, help="rows per training window (both: 32)")

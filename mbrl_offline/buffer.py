@@ -380,12 +380,14 @@ class MixingConfig:
     READ_BY = {"real_ratio": ("fraction",), "real_rows": ("counts",), "kappa": ("weights", "tape")}
 
     def check_effective(self, default: "MixingConfig", section: str = "generator.mixing") -> None:
-        """Refuse, in one line, a setting that differs from ``default`` (the generator's own mixing) but
-        that this rule does not read, e.g. ``real_ratio`` under the ``tape`` rule: it would be ignored
-        without a word."""
+        """Refuse, in one line, a setting that this rule does not read but that was set: one that differs
+        both from ``default`` (the generator's own mixing, which the command line starts from) and from
+        `MixingConfig`'s own default (where a new ``MixingConfig(rule=...)`` in Python starts), e.g.
+        ``real_ratio=0.5`` under the ``tape`` rule: it would be ignored without a word."""
+        fresh = MixingConfig(rule=self.rule)
         for name, rules in self.READ_BY.items():
             value = getattr(self, name)
-            if self.rule not in rules and value != getattr(default, name):
+            if self.rule not in rules and value != getattr(default, name) and value != getattr(fresh, name):
                 raise ConfigError(f"{section}.{name} = {value} has no effect with {section}.rule={self.rule} (only "
                                   f"the {' and '.join(rules)} rule{'s read' if len(rules) > 1 else ' reads'} it); "
                                   f"remove the setting, or choose {section}.rule={rules[0]}.")

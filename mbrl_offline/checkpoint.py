@@ -16,7 +16,9 @@ import numpy as np
 from mbrl_offline.errors import CheckpointError, InputTypeError, type_name
 from mbrl_offline.torch_files import load_plain
 
-CHECKPOINT_FORMAT = 2  # 2: the generator's settings are saved beside the agent's ("generator_config")
+# 2: the generator's settings are saved beside the agent's ("generator_config"); 3: the generator's section
+# is {"state": its state_dict(), "model": its model's fingerprint}, never the model's weights
+CHECKPOINT_FORMAT = 3
 _MOVED_TO_GENERATOR = ("rollout", "dynamics", "true_dynamics", "real_ratio")  # agent settings in format 1
 REFUSED_HINT = ("If it is a checkpoint written by an older version of mbrl_offline (which pickled numpy random "
                 "states), it cannot be resumed or evaluated: start a new run_dir; otherwise load only files "
@@ -35,10 +37,11 @@ def read_checkpoint(path: str | Path, sections=None) -> dict:
     if not path.is_file():
         raise CheckpointError(f"no checkpoint at {path}; pass the checkpoint.pt of a run folder.")
     state = load_plain(path, "cpu", REFUSED_HINT)
-    if not isinstance(state, dict) or state.get("format") not in (1, CHECKPOINT_FORMAT):
+    if not isinstance(state, dict) or state.get("format") not in (1, 2, CHECKPOINT_FORMAT):
         raise CheckpointError(f"{path} is not a mbrl_offline training checkpoint.")
     _check_sections(state, path, ("agent", "trainer_config") if state["format"] == 1 else ())
     state = _from_format_1(state) if state["format"] == 1 else state
+    state = _from_format_2(state) if state["format"] == 2 else state
     _check_sections(state, path, sections)
     return state
 
@@ -99,6 +102,41 @@ def _from_format_1(state: dict) -> dict:
             "kind": "rollouts", "every": state["trainer_config"]["updates_per_epoch"], "rollout": moved["rollout"],
             "dynamics": moved["dynamics"], "true_dynamics": moved.get("true_dynamics", False),
             "mixing": {"rule": "fraction", "real_ratio": moved.get("real_ratio", 0.05), "real_rows": 16}}
+    state["format"] = 2
+    return state
+
+
+def model_fingerprint(state: dict) -> str:
+    """A hash of a model's ``state_dict()`` (tensors by their values, anything else by its ``repr``), the
+    same on every device: what a checkpoint keeps of a generator's model (`mbrl_offline.roles.GeneratorClass`)."""
+    import hashlib
+
+    import torch
+
+    digest = hashlib.sha256()
+    for key, value in state.items():
+        digest.update(str(key).encode())
+        if isinstance(value, torch.Tensor):
+            digest.update(value.detach().cpu().contiguous().numpy().tobytes())
+        elif isinstance(value, dict):
+            digest.update(model_fingerprint(value).encode())
+        else:
+            digest.update(repr(value).encode())
+    return digest.hexdigest()[:20]
+
+
+def _from_format_2(state: dict) -> dict:
+    """A format-2 checkpoint in format 3: the generator's section held its model's weights (rollouts and
+    the posterior: ``dynamics``; SynthER: ``diffusion``) or, for PGD, its generation count and the
+    fingerprint of the same hash; it becomes the state without the weights and their fingerprint."""
+    old = state.get("generator")
+    if isinstance(old, dict) and "model" not in old:
+        if "model_fingerprint" in old:
+            state["generator"] = {"state": {k: v for k, v in old.items() if k != "model_fingerprint"},
+                                  "model": old["model_fingerprint"]}
+        else:
+            weights = next((old[k] for k in ("dynamics", "diffusion") if isinstance(old.get(k), dict)), None)
+            state["generator"] = {"state": {}, "model": model_fingerprint(weights) if weights is not None else None}
     state["format"] = CHECKPOINT_FORMAT
     return state
 

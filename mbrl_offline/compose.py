@@ -20,9 +20,9 @@ import torch
 from mbrl_offline.algorithms import ALGORITHMS, get_algorithm
 from mbrl_offline.config import check_device, config_argument
 from mbrl_offline.data.dataset import dataset_env
-from mbrl_offline.errors import ConfigError, InputTypeError, type_name
+from mbrl_offline.errors import InputTypeError, type_name
 from mbrl_offline.generators import GENERATORS, build_generator
-from mbrl_offline.pairing import check_pair, check_policy  # noqa: F401  (the judge of a pair, exported here)
+from mbrl_offline.pairing import check_pair  # the one judge of a pair, exported here
 from mbrl_offline.trainer import Trainer, TrainerConfig
 
 
@@ -33,7 +33,7 @@ def run_configs(algo: str, budget: str = "paper", generator: Optional[str] = Non
     budgets (``budget.when`` included) and checks of each setting. ``generator``: a ``generator=`` choice
     (a kind such as ``synther``, or an algorithm's name for its published generator; None: ``algo``'s own).
     ``overrides``: more ``key=value`` settings, as on the command line (``trainer.epochs=5``)."""
-    from mbrl_offline.cli import compose, train_sections
+    from mbrl_offline.config_files import compose, train_sections
     from mbrl_offline.config import CONFIG_DIR
 
     choices = [f"algo={algo}", f"budget={budget}"]

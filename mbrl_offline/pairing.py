@@ -8,13 +8,14 @@ from mbrl_offline.buffer import Mixing, run_mixing
 from mbrl_offline.errors import ConfigError
 
 
-def check_pair(agent_cls, generator_config, algo_config=None, agent=None) -> None:
+def check_pair(agent_cls, generator_config, algo_config=None, agent=None, generator_cls=None) -> None:
     """The one judge of an agent and a generator: refuse, in one `ConfigError` line, every mistake that
     the agent's class (`mbrl_offline.roles.AgentClass`), its settings ``algo_config`` (None: its
     defaults) and the generator's settings ``generator_config`` (None or ``kind='none'``: no generator)
     show on their own. `build_run` and the command line call it before any data is loaded, model
     fitted or file written; `mbrl_offline.trainer.Trainer` calls it for parts built by hand (``agent``:
-    the instance, for checks that read it).
+    the instance, for checks that read it; ``generator_cls``: the generator's class, where it is known
+    and perhaps not registered; None: the registry's for the config's kind).
 
     Checked, from the classes' declarations: that the generator produces what the agent learns from
     (``produces``/``consumes``), that it can roll out the agent's policy (``recurrent_policy`` for a
@@ -25,7 +26,8 @@ def check_pair(agent_cls, generator_config, algo_config=None, agent=None) -> Non
     agent (``check_agent``, e.g. the posterior's rollouts per elite). A generator config's checks of
     itself (its kind, schedule and mixing settings) ran when it was made (`mbrl_offline.roles.GeneratorConfig`)."""
     kind = getattr(generator_config, "kind", "none")
-    generator_cls = registry.GENERATORS[kind][1] if kind in registry.GENERATORS else None
+    if generator_cls is None and kind in registry.GENERATORS:
+        generator_cls = registry.GENERATORS[kind][1]
     name = agent_cls.name
     if generator_cls is not None:
         if generator_cls.produces != agent_cls.consumes:

@@ -102,6 +102,9 @@ def check_generator_class(cls) -> None:
     for method in ("for_dataset", "generate", "state_dict", "load_state_dict"):
         if not callable(getattr(cls, method, None)):
             raise ConfigError(f"{where} needs a method {method} (mbrl_offline.roles.GeneratorClass and Generator).")
+    if not (hasattr(cls, "model") or any("model" in vars(k).get("__annotations__", {}) for k in cls.__mro__)):
+        raise ConfigError(f"{where} needs a model (a property, a class attribute or an annotated instance "
+                          f"attribute): its fitted model (with state_dict()), or None (mbrl_offline.roles.GeneratorClass).")
 
 
 def register_agent(cls):

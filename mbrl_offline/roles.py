@@ -261,6 +261,12 @@ class GeneratorClass(Protocol):
       interface) to hand to an agent whose losses need one (``AgentClass.needs_dynamics``).
     - ``for_dataset(config, dataset, device, cache_dir, model_path, progress)``: the generator for a
       dataset, its model fitted on it, loaded from ``model_path`` or from the cache in ``cache_dir``.
+    - ``model``: the fitted model ``generate`` uses (anything with ``state_dict()``), or None. It never
+      changes during a run. One rule puts every generator into a checkpoint (`mbrl_offline.trainer`):
+      the model's fingerprint (`mbrl_offline.checkpoint.model_fingerprint`), never its weights, which
+      ``for_dataset`` gives back from the cache or ``model_path`` (a resume whose model differs is
+      refused), and ``state_dict()``: what ``generate`` depends on besides the model (PGD's generation
+      count; ``{}`` for most).
     """
 
     config_class: type

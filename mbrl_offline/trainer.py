@@ -51,7 +51,7 @@ from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import Mixing, SequenceBuffer, TransitionBuffer, run_mixing
 from mbrl_offline.pairing import check_pair  # the one judge of an agent and a generator
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
-from mbrl_offline.checkpoint import (numpy_rng_state, python_rng_state, saved_settings, set_numpy_rng_state,
+from mbrl_offline.checkpoint import (model_fingerprint, numpy_rng_state, python_rng_state, saved_settings, set_numpy_rng_state,
                                      set_python_rng_state)
 from mbrl_offline.config import (check_field_types, config_argument, require_in_range, require_nonnegative,
                                  require_positive)
@@ -124,13 +124,15 @@ class Trainer:
                  generator: Optional[Generator] = None, callbacks: Optional[list] = None):
         check_trainer_parts(agent, dataset, config, generator)
         config = config_argument(config, TrainerConfig, "Trainer's config", "trainer", "TrainerConfig(epochs=100)")
-        check_pair(type(agent), generator.config if generator is not None else None, agent.config, agent)
+        check_pair(type(agent), generator.config if generator is not None else None, agent.config, agent,
+                   type(generator) if generator is not None else None)
         self.agent, self.dataset, self.config, self.generator = agent, dataset, config, generator
         self.env = dataset_env(dataset, "Trainer")  # the env the policy is evaluated in
         self.callbacks = list(callbacks or [])
         self.device = torch.device(agent.device)
         self.run_dir = Path(config.run_dir)
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
+        self._model_fingerprint: Optional[str] = None  # the generator model's (`_generator_state`), once
         self.consumes = agent.consumes
         self.real = TransitionBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
         self.real.add_dataset(dataset)  # every real row, which generators start from
@@ -332,7 +334,7 @@ class Trainer:
             "env": self.env.name,
             "agent": agent.state_dict(),
             "generator_config": self._generator_settings(),
-            "generator": self.generator.state_dict() if self.generator is not None else None,
+            "generator": self._generator_state(),
             "synthetic_buffer": self.synthetic.state_dict() if self.synthetic is not None else None,
             "next_generation": self.next_generation,
             "trainer_config": asdict(self.config),
@@ -342,6 +344,16 @@ class Trainer:
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                     "numpy": numpy_rng_state(), "python": python_rng_state()},
         }, path)
+
+    def _generator_state(self) -> Optional[dict]:
+        """The generator's checkpoint section, by one rule for every generator (`mbrl_offline.roles.GeneratorClass`):
+        its own ``state_dict()`` and its model's fingerprint, never the model's weights (they come back from
+        the cache or ``dynamics_path``, and never change during a run)."""
+        if self.generator is None:
+            return None
+        if self._model_fingerprint is None and self.generator.model is not None:
+            self._model_fingerprint = model_fingerprint(self.generator.model.state_dict())
+        return {"state": self.generator.state_dict(), "model": self._model_fingerprint}
 
     def load_checkpoint(self, path: str | Path) -> None:
         state = read_checkpoint(path)
@@ -367,7 +379,12 @@ class Trainer:
                                   f"resume with the same settings or choose another run_dir.")
         self.agent.load_state_dict(state["agent"])
         if self.generator is not None:
-            self.generator.load_state_dict(state["generator"])
+            saved = state["generator"]
+            if saved["model"] != self._generator_state()["model"]:
+                raise CheckpointError(f"{path} was trained with another {self.generator.config.kind} model (its weights "
+                                      f"differ from the cached or given one); resume with the model it used "
+                                      f"(dynamics_path=), or choose another run_dir.")
+            self.generator.load_state_dict(saved["state"])
             self.synthetic.load_state_dict(state["synthetic_buffer"])
         self.epoch, self.history = state["epoch"], state["history"]
         if self.generator is not None:

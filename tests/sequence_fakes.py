@@ -195,6 +195,7 @@ class FakeEpisodePolicy:
 
 
 class FakeSequenceGenerator:
+    model = None  # no fitted model
     config_class = FakeSequenceGeneratorConfig
     summary = "short random episodes, for the contract tests"
     produces = "sequences"

@@ -140,7 +140,7 @@ def wrong_type_calls(data):
         "build_run algo=array": (lambda: build_run(array, data), "build_run's algo must be an algorithm's name"),
         "build_run algo_config=dict": (lambda: build_run("ravl", data, {"batch_size": 8}),
                                        "build_run's algo_config for ravl must be a RAVLConfig, got dict"),
-        "build_run generator_config=str": (lambda: build_run("ravl", data, None, "rollouts"),
+        "build_run generator_config=number": (lambda: build_run("ravl", data, None, 5),
                                            "build_run's generator_config must be a generator config"),
         "Trainer dataset=str": (lambda: Trainer(agent, "not a dataset"), "Trainer needs an OfflineDataset, got str"),
         "Trainer agent=str": (lambda: Trainer("ravl", data), "Trainer needs an agent"),

@@ -1,15 +1,15 @@
 """Budgets from Python read the same files as the command line (`mbrl_offline.compose.run_configs`,
 ``build_run(..., budget=)``), so the same run from Python and from the command line is the same run."""
-import dataclasses
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from mbrl_offline import build_run, load_dataset
-from mbrl_offline.cli import compose, train_sections
+from mbrl_offline.config_files import compose, train_sections
 from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.compose import run_configs
 from mbrl_offline.errors import InputTypeError
@@ -43,13 +43,14 @@ def test_build_run_takes_a_budget_for_the_sections_it_is_not_given(tmp_path):
 
 
 def test_the_same_run_from_python_and_the_command_line_gives_identical_metrics(tmp_path):
-    """IQL on model rollouts under the quick budget, shortened the same way on both sides; the model
-    is fitted once (by the command line) and read from the same cache by Python."""
+    """IQL on model rollouts under the quick budget, shortened the same way on both sides, on as many
+    threads; the model is fitted once (by the command line) and read from the same cache by Python."""
     cache = tmp_path / "cache"
     short = dict(epochs=2, updates_per_epoch=150, eval_every=1, eval_episodes=2, checkpoint_every=1, tensorboard=False)
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "train.py"), "algo=iql", "generator=rollouts", "env=pendulum",
          "budget=quick", f"trainer.run_dir={tmp_path / 'cli'}", f"dynamics_cache={cache}",
+         f"torch_threads={torch.get_num_threads()}",  # as this process (tests/conftest.py): the same sums
          *(f"trainer.{k}={str(v).lower()}" for k, v in short.items())], capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-2000:]
     trainer = build_run("iql", load_dataset("pendulum-medium"), generator_config="rollouts", budget="quick",

@@ -83,7 +83,7 @@ def test_a_run_folder_is_never_deleted_for_a_value_that_only_looks_true(tmp_path
                                             ("train", "keep_freed_memory=0"), ("tune", "overwrite=no"),
                                             ("inspect_dataset", "overwrite=no"), ("evaluate", "episodes=true")])
 def test_every_tool_holds_its_top_level_settings_to_their_types(tool, override):
-    from mbrl_offline.cli import compose
+    from mbrl_offline.config_files import compose
 
     key = override.partition("=")[0]
     with pytest.raises(ConfigError, match=rf"^{key} = .* has the wrong type; expected"):

@@ -13,7 +13,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from mbrl_offline.algorithms import ALGORITHMS
-from mbrl_offline.cli import TOOLS, compose, console_script
+from mbrl_offline.cli import TOOLS, console_script
+from mbrl_offline.config_files import compose
 from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.generators import GENERATORS
 

@@ -77,7 +77,7 @@ def model_free(agent_cls, **settings):
     return config, NoGeneratorConfig()
 
 
-# IQL on policy-guided diffusion (generator=pgd): the CPU-default U-Net (base 32) fitted for 3,000
+# IQL on policy-guided diffusion (generator=pgd): the quick budget's U-Net (base 32) fitted for 3,000
 # steps on pendulum-medium-replay's 32-row windows, 256 trajectories of 129 rows per generation, the
 # first unguided and one every 5,000 updates guided with lambda = 0.1, batches of 16 real + 240
 # synthetic rows (the official mix), IQL as in the model-free case. Mostly synthetic batches learn far
@@ -85,11 +85,13 @@ def model_free(agent_cls, **settings):
 # -8.3 (evaluations rose to 31-37 and settled near 20). TD3+BC (alpha = 10) on PGD data from
 # pendulum-medium ended at 23.8, below that data's 39.0.
 def pgd(agent_cls, **settings):
-    from mbrl_offline.generators.pgd import PGDGeneratorConfig, PGDGuidanceConfig
+    from mbrl_offline.compose import run_configs
+    from mbrl_offline.generators.pgd import PGDGuidanceConfig
 
     config, _ = model_free(agent_cls, **settings)
-    generator = PGDGeneratorConfig(every=5000, trajectories=256, guidance=PGDGuidanceConfig(scale=0.1))
-    return config, dataclasses.replace(generator, train=dataclasses.replace(generator.train, steps=3000))
+    generator = run_configs(agent_cls.name, "quick", "pgd")[1]  # the CPU sizes (U-Net base 32, 32 sampler steps)
+    return config, dataclasses.replace(generator, every=5000, trajectories=256, guidance=PGDGuidanceConfig(scale=0.1),
+                                       train=dataclasses.replace(generator.train, steps=3000))
 
 
 # NEUBAY on pendulum-random (normalised score -4.7: a uniformly random policy's 10,000 transitions, the

@@ -3,7 +3,6 @@ encoding, policy guidance of the sampler, the generation schedule, and compositi
 
 Everything runs at tiny sizes (a U-Net of base 16, a few hundred fitting steps) on the bundled
 pendulum data; the guidance test fits a small model so that guidance has to work against a prior."""
-import copy
 import json
 import math
 
@@ -180,7 +179,7 @@ def tiny_pgd(scale: float = 0.1, **changes):
 
     train = DiffusionTrainConfig(steps=300, batch_size=32, lr=2e-3, betas=(0.9, 0.999), schedule="warmup_cosine",
                                  grad_clip=None)
-    settings = dict(window=16, stride=8, unet=UNetConfig(base=16), train=train, edm=EDMConfig(steps=16), length=16,
+    settings = dict(window=16, stride=8, unet=UNetConfig(base=16), train=train, train_epochs=None, edm=EDMConfig(steps=16), length=16,
                     trajectories=32, sample_batch=32, guidance=PGDGuidanceConfig(scale=scale))
     return PGDGeneratorConfig(**{**settings, **changes})
 
@@ -364,8 +363,8 @@ def test_an_interrupted_pgd_run_resumes_exactly(pendulum, pgd_cache, tmp_path):
 
     from mbrl_offline import build_run
     from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.checkpoint import model_fingerprint, read_checkpoint
     from mbrl_offline.errors import CheckpointError
-    from mbrl_offline.generators.pgd import PGDGenerator
     from mbrl_offline.trainer import TrainerConfig
 
     config = dataclasses.replace(tiny_pgd(), every=15, trajectories=8)
@@ -384,15 +383,18 @@ def test_an_interrupted_pgd_run_resumes_exactly(pendulum, pgd_cache, tmp_path):
     assert straight.generator.generations == resumed.generator.generations == 2
     for a, b in zip(straight.agent.state_dict()["actor"].values(), resumed.agent.state_dict()["actor"].values()):
         assert torch.equal(a, b)
-    # a checkpoint holds the model's fingerprint, not its weights; another model is refused in one line
-    generator = straight.generator
-    state = generator.state_dict()
-    assert set(state) == {"generations", "model_fingerprint"}
-    changed = PGDGenerator(copy.deepcopy(generator.model), generator.rows, generator.config)
+    # a checkpoint holds the model's fingerprint, not its weights (one rule for every generator); a resume
+    # with another model is refused in one line
+    path = tmp_path / "straight" / "checkpoint.pt"
+    saved = read_checkpoint(path)["generator"]
+    assert saved["state"] == {"generations": 2} and saved["model"] == model_fingerprint(straight.generator.model.state_dict())
+    other = build_run("td3bc", pendulum, agent_config, config, TrainerConfig(
+        epochs=2, updates_per_epoch=10, eval_episodes=1, run_dir=str(tmp_path / "straight"), progress=False,
+        tensorboard=False), cache_dir=pgd_cache)
     with torch.no_grad():
-        next(changed.model.parameters()).add_(1.0)
-    with pytest.raises(CheckpointError, match="another PGD diffusion model"):
-        changed.load_state_dict(state)
+        next(other.generator.model.parameters()).add_(1.0)
+    with pytest.raises(CheckpointError, match="was trained with another pgd model"):
+        other.load_checkpoint(path)
 
 
 def test_hopper_windows_end_at_terminals_and_short_episodes_are_refused(hopper_data):

@@ -1,6 +1,6 @@
 """Mistakes refused in one line before any work: every check the settings alone decide runs before a
-model is fitted or a file written (`mbrl_offline.trainer.check_settings`, through
-`mbrl_offline.compose.check_pair`, used by the command line and `build_run`), and the other inputs that
+model is fitted or a file written (`mbrl_offline.compose.check_pair`, used by the command line and
+`build_run`, and a generator config's own checks, `mbrl_offline.roles.GeneratorConfig`), and the other inputs that
 ended in tracebacks (a tiny dataset, a run folder under /proc, a journal storage below a file, a
 damaged checkpoint, a checkpoint of another version) are one library error naming the problem."""
 from dataclasses import replace
@@ -13,7 +13,8 @@ import torch
 from mbrl_offline import build_run, load_dataset
 from mbrl_offline.algorithms import TD3BC, TD3BCConfig, load_policy
 from mbrl_offline.buffer import MixingConfig
-from mbrl_offline.cli import compose, resolve_train_config
+from mbrl_offline.cli import resolve_train_config
+from mbrl_offline.config_files import compose
 from mbrl_offline.config import CONFIG_DIR, check_writable_dir
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError
 from mbrl_offline.generators import PosteriorConfig, PosteriorGeneratorConfig, RolloutGeneratorConfig
@@ -38,31 +39,32 @@ def trainer_config(run_dir, **settings) -> TrainerConfig:
                                    run_dir=str(run_dir)), **settings})
 
 
-# (algorithm, generator settings, the command line's overrides, the refusal)
+# (algorithm, a function making the generator config, the command line's overrides, the refusal); a
+# generator config's own checks (a mixing setting its rule does not read) refuse it when it is made
 SETTINGS_MISTAKES = {
     "tape mixing for a transition agent": (
-        "td3bc", RolloutGeneratorConfig(dynamics=SMALL_DYNAMICS, mixing=MixingConfig(rule="tape")),
+        "td3bc", lambda: RolloutGeneratorConfig(dynamics=SMALL_DYNAMICS, mixing=MixingConfig(rule="tape")),
         ["algo=td3bc", "generator=rollouts", "generator.mixing.rule=tape"], "draws tapes of episodes"),
     "more real rows than the batch": (
-        "ravl", RolloutGeneratorConfig(dynamics=SMALL_DYNAMICS, mixing=MixingConfig(rule="counts", real_rows=100_000)),
+        "ravl", lambda: RolloutGeneratorConfig(dynamics=SMALL_DYNAMICS, mixing=MixingConfig(rule="counts", real_rows=100_000)),
         ["algo=ravl", "generator.mixing.rule=counts", "generator.mixing.real_rows=100000"],
         "mixing.real_rows = 100000 is more than the batch of 256"),
     "posterior rollouts not a multiple of the elites": (
-        "neubay", PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS, posterior=PosteriorConfig(parallel=7)),
+        "neubay", lambda: PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS, posterior=PosteriorConfig(parallel=7)),
         ["algo=neubay", "generator.posterior.parallel=7"], r"posterior.parallel \(7\) must be a multiple"),
     "a posterior ensemble that records no uncertainty": (
-        "neubay", PosteriorGeneratorConfig(dynamics=replace(POSTERIOR_DYNAMICS, record_uncertainty=False)),
+        "neubay", lambda: PosteriorGeneratorConfig(dynamics=replace(POSTERIOR_DYNAMICS, record_uncertainty=False)),
         ["algo=neubay", "generator.dynamics.record_uncertainty=false"], "needs generator.dynamics.record_uncertainty=true"),
     "deterministic posterior actions for NEUBAY": (
-        "neubay", PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS,
+        "neubay", lambda: PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS,
                                            posterior=PosteriorConfig(parallel=4, deterministic_actions=True)),
         ["algo=neubay", "generator.posterior.deterministic_actions=true"], "posterior.deterministic_actions=true needs"),
     "a mixing setting the rule does not read (the fraction's share under the tape rule)": (
-        "neubay", PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS, mixing=MixingConfig(rule="tape", real_ratio=0.5)),
+        "neubay", lambda: PosteriorGeneratorConfig(dynamics=POSTERIOR_DYNAMICS, mixing=MixingConfig(rule="tape", real_ratio=0.5)),
         ["algo=neubay", "generator.mixing.real_ratio=0.5"],
         r"generator.mixing.real_ratio = 0.5 has no effect with generator.mixing.rule=tape \(only the fraction rule"),
     "a mixing setting the rule does not read (kappa under the fraction rule)": (
-        "ravl", RolloutGeneratorConfig(dynamics=SMALL_DYNAMICS, mixing=MixingConfig(kappa=0.5)),
+        "ravl", lambda: RolloutGeneratorConfig(dynamics=SMALL_DYNAMICS, mixing=MixingConfig(kappa=0.5)),
         ["algo=ravl", "generator.mixing.kappa=0.5"],
         r"generator.mixing.kappa = 0.5 has no effect with generator.mixing.rule=fraction \(only the weights and tape"),
 }
@@ -83,7 +85,7 @@ def test_a_settings_mistake_is_refused_by_build_run_before_a_model_is_fitted(cas
     cache = tmp_path / "cache"
     cache.mkdir()
     with pytest.raises(ConfigError, match=message):
-        build_run(algo, data, generator_config=generator, trainer_config=trainer_config(tmp_path / "run"),
+        build_run(algo, data, generator_config=generator(), trainer_config=trainer_config(tmp_path / "run"),
                   cache_dir=cache).train()
     assert list(cache.iterdir()) == [] and not (tmp_path / "run").exists()
 

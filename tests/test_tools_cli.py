@@ -13,7 +13,8 @@ import h5py
 import pytest
 import yaml
 
-from mbrl_offline.cli import compose, quote_overrides, setting_docs
+from mbrl_offline.cli import group_options, setting_docs
+from mbrl_offline.config_files import compose, quote_overrides
 from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.errors import ConfigError
 
@@ -84,10 +85,11 @@ def test_help_gives_purpose_groups_and_where_settings_are_documented(tool, flag,
     groups = TOOL_GROUPS[tool]
     if groups is not None:
         for group in groups:  # each group with its options, read from mbrl_offline/configs/<group>/
-            options = ", ".join(sorted(p.stem for p in (CONFIGS / group).glob("*.yaml")))
+            options = ", ".join(group_options(CONFIGS, group))  # the YAML files, and the registries' names
             assert f" {group}: {options} (default: " in out, out
         if "algo" in groups:
-            assert "algo.*: the fields of the algorithm's config dataclass (algo=ravl: mbrl_offline/algorithms/" in out
+            assert "algo.*: the fields of the algorithm's config dataclass (algo=coplanner: mbrl_offline/algorithms/" in out
+            assert "algo=ravl: mbrl_offline/algorithms/ravl.py: RAVLConfig" in out
             assert "trainer.*: the fields of TrainerConfig (mbrl_offline/trainer.py)" in out
             assert " seed=0 " in out and " device=cpu # cpu, cuda" in out  # top-level settings with their comments
         if tool == "collect":

@@ -185,7 +185,8 @@ def test_every_algo_trains_and_evaluates_from_the_command_line(tmp_path, algo, e
 def test_budgets_set_each_run_what_fits_it_and_the_command_line_wins():
     """``budget.when``: the quick budget's rollout settings reach runs with a rollout generator only,
     its update count the model-free agents only; an explicit setting beats the budget's."""
-    from mbrl_offline.cli import compose, resolve_train_config
+    from mbrl_offline.cli import resolve_train_config
+    from mbrl_offline.config_files import compose
 
     def parts(*overrides):
         _, _, generator, trainer, _ = resolve_train_config(compose(CONFIG_DIR, "train", list(overrides)))
@@ -209,7 +210,7 @@ def test_budgets_set_each_run_what_fits_it_and_the_command_line_wins():
 def test_a_budget_condition_without_a_value_is_refused_in_one_line():
     from omegaconf import OmegaConf
 
-    from mbrl_offline.cli import budget_overrides
+    from mbrl_offline.config_files import budget_overrides
     from mbrl_offline.errors import ConfigError
 
     cfg = OmegaConf.create({"algo": {"name": "td3bc"}, "budget": {"when": {"algo.name": {"trainer": {"epochs": 3}}}}})

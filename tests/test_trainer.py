@@ -134,7 +134,8 @@ def test_a_checkpoint_of_the_first_format_is_read_with_its_generator_settings(da
     atomic_torch_save(state, path)
     migrated = read_checkpoint(path)["generator_config"]
     assert migrated["mixing"] == {"rule": "fraction", "real_ratio": 0.05, "real_rows": 16}  # later settings: defaults
-    assert {k: v for k, v in migrated.items() if k != "mixing"} == {k: v for k, v in generator.items() if k != "mixing"}
+    assert {k: v for k, v in migrated.items() if k != "mixing"} == {k: generator[k] for k in migrated if k != "mixing"}
+    assert set(generator) - set(migrated) == {"utd"}  # a later setting: its default (None) when the run is read
     load_policy(path)
     assert make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2).train(resume=True)["epochs"] == 2
 
@@ -203,7 +204,7 @@ def utd_steps(first_steps, transitions, utd):
     return steps
 
 
-@pytest.mark.parametrize("utd", [0.5, 0.0])
+@pytest.mark.parametrize("utd", [0.5, 1e-6])  # 1e-6: one update between generations (max(1, ceil(utd n)))
 def test_the_utd_schedule_generates_after_ceil_utd_times_the_rows(data, tmp_path, utd):
     generator = FakeSequenceGeneratorConfig(utd=utd)
     trainer = sequence_trainer(data, tmp_path / "run", generator=generator)
@@ -270,7 +271,7 @@ def test_a_sequence_agent_without_a_generator_learns_from_tapes_of_the_dataset(d
 
 
 def test_mismatched_sequences_and_transitions_are_refused(data, tmp_path):
-    with pytest.raises(ConfigError, match="the generator produces sequences, but ravl learns from transitions"):
+    with pytest.raises(ConfigError, match="generator 'fake-sequences' produces sequences, but ravl learns from transitions"):
         agent = build_run("ravl", data, TINY, NoGeneratorConfig(), TrainerConfig(run_dir=str(tmp_path / "a"),
                                                                                   progress=False)).agent
         Trainer(agent, data, TrainerConfig(run_dir=str(tmp_path / "a")),

@@ -59,6 +59,7 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (UPMPCConfig, "candidates", 0), (UPMPCConfig, "horizon", 0), (UPMPCConfig, "uncertainty_weight", -2.0),
     (UPMPCConfig, "reward_discount", 1.5), (UPMPCConfig, "uncertainty_discount", -0.1),
     (RolloutGeneratorConfig, "kind", "rolouts"), (RolloutGeneratorConfig, "every", -1),
+    (RolloutGeneratorConfig, "utd", -0.5),
     (DynamicsConfig, "ensemble_size", 0), (DynamicsConfig, "num_elites", 0), (DynamicsConfig, "num_elites", 8),
     (DynamicsConfig, "hidden_size", 0), (DynamicsConfig, "hidden_layers", 0), (DynamicsConfig, "activation", "tanh"),
     (DynamicsConfig, "learning_rate", 0.0), (DynamicsConfig, "weight_decay", (-1e-5, 0.0, 0.0, 0.0, 0.0)),
@@ -144,7 +145,8 @@ def test_the_edges_of_the_ranges_are_accepted():
 
 
 def test_a_bad_setting_is_refused_where_the_train_config_is_built():
-    from mbrl_offline.cli import compose, resolve_train_config
+    from mbrl_offline.cli import resolve_train_config
+    from mbrl_offline.config_files import compose
 
     cases = {"algo.gamma=99": "algo.gamma must be in (0, 1] (the discount; usually 0.99), got 99.0.",
              "algo.actor_lr=-0.001": "algo.actor_lr must be above 0, got -0.001.",
@@ -204,7 +206,8 @@ def test_every_preset_names_the_algorithm_env_and_dataset_it_was_made_for():
 
 
 def test_a_preset_is_refused_on_another_env_and_accepted_on_its_own():
-    from mbrl_offline.cli import compose, resolve_train_config
+    from mbrl_offline.cli import resolve_train_config
+    from mbrl_offline.config_files import compose
 
     with pytest.raises(ConfigError) as error:
         resolve_train_config(compose(CONFIGS, "train", ["algo=mopo", "env=pendulum", "preset=mopo-hopper-medium"]))
@@ -223,7 +226,8 @@ def test_a_preset_is_refused_on_another_env_and_accepted_on_its_own():
 def test_every_preset_resolves_on_its_own_algorithm_and_env():
     """A preset's settings all exist in its algorithm's config and its published generator's (a setting put
     under the wrong section, such as algo.dynamics, is refused naming the preset's file)."""
-    from mbrl_offline.cli import compose, resolve_train_config
+    from mbrl_offline.cli import resolve_train_config
+    from mbrl_offline.config_files import compose
 
     for path in sorted((CONFIGS / "preset").glob("*.yaml")):
         algo, env, _ = path.stem.split("-", 2)
@@ -232,7 +236,8 @@ def test_every_preset_resolves_on_its_own_algorithm_and_env():
 
 
 def test_a_preset_is_refused_on_other_data_of_its_env_unless_asked():
-    from mbrl_offline.cli import compose, dataset_name, resolve_train_config
+    from mbrl_offline.cli import dataset_name, resolve_train_config
+    from mbrl_offline.config_files import compose
 
     # the default hopper data is hopper-medium: the medium-replay settings do not silently apply to it
     with pytest.raises(ConfigError) as error:

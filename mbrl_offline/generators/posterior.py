@@ -465,11 +465,17 @@ class PosteriorGenerator:
                  rng: Optional[torch.Generator] = None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         return self.rollouts.generate(policy, real, rng)
 
+    @property
+    def model(self):
+        """The posterior ensemble, which the checkpoint knows by fingerprint."""
+        return self.rollouts.dynamics
+
     def state_dict(self) -> dict:
-        return self.rollouts.state_dict()
+        """Nothing besides the model: the rollouts keep no state between collections."""
+        return {}
 
     def load_state_dict(self, state: dict) -> None:
-        self.rollouts.load_state_dict(state)
+        pass
 
 
 __all__ = ["PosteriorConfig", "PosteriorGenerator", "PosteriorGeneratorConfig"]

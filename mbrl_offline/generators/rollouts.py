@@ -268,11 +268,17 @@ class RolloutGenerator:
         check_policy(self, policy)  # branched rollouts step a feed-forward policy
         return self.rollouts.generate(policy, real, rng)
 
+    @property
+    def model(self):
+        """The dynamics model (the ensemble, or the simulator), which the checkpoint knows by fingerprint."""
+        return self.rollouts.dynamics
+
     def state_dict(self) -> dict:
-        return self.rollouts.state_dict()
+        """Nothing besides the model: branched rollouts keep no state between generations."""
+        return {}
 
     def load_state_dict(self, state: dict) -> None:
-        self.rollouts.load_state_dict(state)
+        pass
 
 
 __all__ = ["BranchedRollouts", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig"]

@@ -15,10 +15,10 @@ buffer holds the ``.npz`` of samples only); ``generator.mixing.real_ratio=0.5`` 
 online setting does, and any `MixingConfig` rule works. The agents' observation normalisation is
 computed from the real dataset, as in SynthER's CORL code.
 
-Sizes: the paper's are a width-2048 denoiser, 100,000 training steps and 5M samples (``budget=paper``
-sets them: a GPU job). The defaults fit a 2-core CPU: width 256, 20,000 steps (about 15 minutes) and
-100,000 samples at 128 Heun steps (about 15 minutes); ``budget=quick`` shrinks them to a few minutes
-(docs/generators.md has the table).
+Sizes: the defaults are the paper's, a width-2048 denoiser, 100,000 training steps and 5M samples at
+128 Heun steps (a GPU job). ``budget=quick`` (also from Python: ``build_run(..., budget="quick")``) sets
+a 2-core CPU's: width 256, 3,000 steps, 20,000 samples at 32 steps, a few minutes (docs/generators.md
+has the table).
 
 Deviations from the official code, and why:
 
@@ -56,16 +56,16 @@ class SyntherGeneratorConfig(GeneratorConfig):
     kind: str = "synther"
     # Updates between generations; 0 (SynthER offline): sample once, before the first update.
     every: int = 0
-    samples: int = 100_000  # transitions per generation (paper: 5,000,000; CPU default: 100,000)
-    sample_batch: int = 10_000  # transitions per sampler call (paper: 100,000; bounds the memory)
+    samples: int = 5_000_000  # transitions per generation (paper: 5,000,000; budget=quick: 20,000)
+    sample_batch: int = 100_000  # transitions per sampler call (paper: 100,000; bounds the memory)
     terminal_threshold: float = 0.5  # d > threshold is a terminal (SynthER: 0.5)
     clip_actions: bool = True  # clip generated actions to the action bounds (SynthER: no clipping)
     seed: int = 0  # torch seed of the model's init and training (part of the cache key)
     denoiser: ResidualMLPConfig = field(default_factory=ResidualMLPConfig)  # paper: width 2048, 6 blocks
     edm: EDMConfig = field(default_factory=EDMConfig)  # EDM's constants and the sampler (128 Heun steps)
-    # SynthER's recipe (AdamW 3e-4, cosine, batch 1024 or 256 below 800k rows, EMA 0.995 every 10 steps);
-    # 20,000 steps on a CPU (paper: 100,000).
-    train: DiffusionTrainConfig = field(default_factory=lambda: DiffusionTrainConfig(steps=20_000))
+    # SynthER's recipe (AdamW 3e-4, cosine, batch 1024 or 256 below 800k rows, EMA 0.995 every 10 steps,
+    # 100,000 steps; budget=quick: 3,000 steps, EMA every step).
+    train: DiffusionTrainConfig = field(default_factory=DiffusionTrainConfig)
     # Real and synthetic rows per batch: real_ratio 0, synthetic data replaces the real data (the paper's
     # offline setting); e.g. real_ratio 0.5 mixes them.
     mixing: MixingConfig = field(default_factory=lambda: MixingConfig(rule="fraction", real_ratio=0.0))
@@ -95,6 +95,7 @@ class SyntherGenerator:
 
     summary = "SynthER: transitions sampled once from a diffusion model of the data (by default replacing it)"  # what it gives, for the docs' tables
     config_class = SyntherGeneratorConfig
+    model: DiffusionModel  # the fitted diffusion model of transitions
     produces = "transitions"
     recurrent_policy = True  # sampling does not read the policy at all
     provides_dynamics = False
@@ -162,10 +163,11 @@ class SyntherGenerator:
         return rows, stats
 
     def state_dict(self) -> dict:
-        return {"diffusion": self.model.state_dict()}
+        """Nothing besides the model (``model``, which the checkpoint knows by fingerprint)."""
+        return {}
 
     def load_state_dict(self, state: dict) -> None:
-        self.model.load_state_dict(state["diffusion"])
+        pass
 
 
 __all__ = ["SyntherGenerator", "SyntherGeneratorConfig"]

@@ -119,7 +119,7 @@ class DiffusionTrainConfig:
 
     ``steps`` is the official 100,000: about 75 minutes at width 256 and 32 hours at the paper's width
     2048 on 2 CPU cores (measured: 45 ms and 1.16 s per batch of 256, 27 inputs, both cores, other jobs
-    running), so the generators set a smaller CPU default (``generator=synther``: 20,000).
+    running); the CPU sizes are the quick budget's (``budget=quick``).
 
     The EMA's horizon is ``ema_every / (1 - ema_decay)`` = 2,000 steps at the defaults: a training much
     shorter than that samples from an average that still holds its early weights (lower ``ema_every``).
@@ -396,7 +396,7 @@ class ResidualMLPDenoiser(nn.Module):
     dim_t), SiLU, Linear(dim_t -> dim_t). LayerNorm (``layer_norm``) is off in SynthER's config.
 
     Sizes: the paper's is width 2048, 6 blocks (``config/resmlp_denoiser.gin``; 25.5M parameters for
-    hopper's 27 inputs). The default here is width 256, 6 blocks (0.46M), for a 2-core CPU. Measured on
+    hopper's 27 inputs), the default here; ``budget=quick`` sets width 256 (0.46M) for a 2-core CPU. Measured on
     2 shared cores (hopper, 27 inputs): a training batch of 256 takes 45 ms at width 256, 91 ms at 512,
     1.16 s at 2048; one network evaluation 34, 100 and 770 us per sample. A sample takes 2N - 1 = 255
     evaluations at 128 steps, so 100k samples take about 15 minutes at width 256 and the paper's 5M at
@@ -431,7 +431,7 @@ class ResidualMLPDenoiser(nn.Module):
 class ResidualMLPConfig:
     """`ResidualMLPDenoiser`'s settings (``generator.denoiser.*``); paper: width 2048, 6 blocks."""
 
-    width: int = 256  # paper 2048 (CPU default: see ResidualMLPDenoiser)
+    width: int = 2048  # paper 2048 (budget=quick: 256; see ResidualMLPDenoiser)
     blocks: int = 6  # residual blocks (paper 6)
     dim_t: int = 128  # width of the input projection and the time embedding (paper 128)
     fourier_dim: int = 16  # random Fourier features of the noise level (paper 16)

@@ -17,8 +17,8 @@ JAX code (EmptyJackson/policy-guided-diffusion, ``models/diffusion.py``):
 Sizes. The paper's (``paper_size``): 3 levels at base 1024, i.e. 1024/2048/4096 channels, about
 178M parameters for walker2d or halfcheetah windows (17 + 6 + 2 = 25 channels; ``unet_parameter_count``
 computes it, and a test checks it on the meta device). That is a GPU model: one 129-row trajectory is
-≈19 GFLOP per network evaluation. The library's default is **base 32** (32/64/128 channels; about
-0.2M parameters for 25 channels): the conv cost grows with base², so 32 is ~1000× cheaper than
+≈19 GFLOP per network evaluation, and the default of ``generator=pgd``. ``budget=quick`` sets **base 32**
+(32/64/128 channels; about 0.2M parameters for 25 channels): the conv cost grows with base², so 32 is ~1000× cheaper than
 the paper's per row, which makes fitting on a small dataset and one generation of a few hundred
 129-row trajectories a matter of minutes on 2 CPU cores. It still has the paper's depth and block
 structure; only the width differs.
@@ -150,7 +150,7 @@ class TemporalUNet(nn.Module):
     scalar, or any shape with B numbers) gives a tensor of ``x``'s shape, for any ``T ≥ 2^(levels−1)``.
 
     ``channels``: C, the row width (obs + act + 2 for PGD's [s, a, r, d] rows). ``base``: the first
-    level's channels (paper 1024; default 32 for CPUs); level i has ``base·2^i``. ``levels``: the
+    level's channels (paper 1024; ``generator=pgd budget=quick``: 32); level i has ``base·2^i``. ``levels``: the
     number of encoder blocks (paper 3). ``groups``: GroupNorm groups (8; ``base`` must be a multiple).
     """
 

@@ -16,7 +16,8 @@ runs' composed configs and trains nothing.
 """
 from pathlib import Path
 
-from mbrl_offline.cli import build_trainer, cli_main, compose, parse_command_line, print_config
+from mbrl_offline.cli import build_trainer, cli_main, parse_command_line, print_config
+from mbrl_offline.config_files import compose
 from mbrl_offline.config import CONFIG_DIR
 
 RUNS = [("mopo", False), ("mopo", True), ("ravl", False), ("ravl", True)]

@@ -12,8 +12,8 @@ composed config (training settings and the sweep section) and runs no trial.
 import sys
 from pathlib import Path
 
-from mbrl_offline.cli import (build_trainer, cli_main, compose, invoked_as, parse_command_line, print_config,
-                              resolve_train_config)
+from mbrl_offline.cli import build_trainer, cli_main, invoked_as, parse_command_line, print_config, resolve_train_config
+from mbrl_offline.config_files import compose
 from mbrl_offline.config import CONFIG_DIR, check_writable_dir, config_to_dataclass
 from mbrl_offline.errors import ConfigError
 

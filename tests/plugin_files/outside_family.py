@@ -46,6 +46,8 @@ class Jitter:
     recurrent_policy = True  # the policy is not read
     provides_dynamics = False
 
+    model = None  # no fitted model
+
     def __init__(self, config: JitterConfig, state_std: torch.Tensor):
         self.config, self.state_std, self.generations = config, state_std, 0
 
