@@ -131,7 +131,8 @@ class Agent(Protocol):
         """Action(s) for one observation or a batch, as numpy: the policy's mode (evaluation in the real
         env) or a sample. Callers pass ``deterministic``; the agents' defaults differ (SAC samples, as
         data collection wants; TD3+BC and IQL give the mode). Observations of another shape, or
-        with NaN or infinite values, raise `mbrl_offline.errors.InputError` (`mbrl_offline.policies.checked_observations`)."""
+        with NaN or infinite values, raise `mbrl_offline.errors.InputError`
+        (`mbrl_offline.policies.checked_observations`)."""
         ...
 
     def episode_policy(self, deterministic: bool) -> EpisodePolicy:

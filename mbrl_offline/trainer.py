@@ -51,8 +51,8 @@ from mbrl_offline import mkl_avx512
 from mbrl_offline.buffer import Mixing, SequenceBuffer, TransitionBuffer, run_mixing
 from mbrl_offline.pairing import check_pair  # the one judge of an agent and a generator
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
-from mbrl_offline.checkpoint import (model_fingerprint, numpy_rng_state, python_rng_state, saved_settings, set_numpy_rng_state,
-                                     set_python_rng_state)
+from mbrl_offline.checkpoint import (model_fingerprint, numpy_rng_state, python_rng_state, saved_settings,
+                                     set_numpy_rng_state, set_python_rng_state)
 from mbrl_offline.config import (check_field_types, config_argument, require_in_range, require_nonnegative,
                                  require_positive)
 from mbrl_offline.data.dataset import dataset_env, require_dataset

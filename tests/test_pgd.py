@@ -179,7 +179,8 @@ def tiny_pgd(scale: float = 0.1, **changes):
 
     train = DiffusionTrainConfig(steps=300, batch_size=32, lr=2e-3, betas=(0.9, 0.999), schedule="warmup_cosine",
                                  grad_clip=None)
-    settings = dict(window=16, stride=8, unet=UNetConfig(base=16), train=train, train_epochs=None, edm=EDMConfig(steps=16), length=16,
+    settings = dict(window=16, stride=8, unet=UNetConfig(base=16), train=train, train_epochs=None, edm=EDMConfig(steps=16),
+                    length=16,
                     trajectories=32, sample_batch=32, guidance=PGDGuidanceConfig(scale=scale))
     return PGDGeneratorConfig(**{**settings, **changes})
 
@@ -387,7 +388,8 @@ def test_an_interrupted_pgd_run_resumes_exactly(pendulum, pgd_cache, tmp_path):
     # with another model is refused in one line
     path = tmp_path / "straight" / "checkpoint.pt"
     saved = read_checkpoint(path)["generator"]
-    assert saved["state"] == {"generations": 2} and saved["model"] == model_fingerprint(straight.generator.model.state_dict())
+    assert saved["state"] == {"generations": 2}
+    assert saved["model"] == model_fingerprint(straight.generator.model.state_dict())
     other = build_run("td3bc", pendulum, agent_config, config, TrainerConfig(
         epochs=2, updates_per_epoch=10, eval_episodes=1, run_dir=str(tmp_path / "straight"), progress=False,
         tensorboard=False), cache_dir=pgd_cache)

@@ -58,10 +58,12 @@ def test_an_outside_agent_and_generator_train_from_python(outside, tmp_path):
     assert trainer.generator.generations == 4  # before updates 0, 50, 100 and 150
     assert len(trainer.history) == 2 and summary["final_score"] == trainer.history[-1]["normalized_score"]
     # the library's agents take the outside generator, and the outside agent a library generator
-    build_run("td3bc", data, generator_config=outside.JitterConfig(), trainer_config=TrainerConfig(run_dir=str(tmp_path / "b")))
+    build_run("td3bc", data, generator_config=outside.JitterConfig(),
+              trainer_config=TrainerConfig(run_dir=str(tmp_path / "b")))
     from mbrl_offline.generators import NoGeneratorConfig
 
-    build_run("outside-bc", data, generator_config=NoGeneratorConfig(), trainer_config=TrainerConfig(run_dir=str(tmp_path / "c")))
+    build_run("outside-bc", data, generator_config=NoGeneratorConfig(),
+              trainer_config=TrainerConfig(run_dir=str(tmp_path / "c")))
 
 
 def test_a_class_that_breaks_the_contract_is_refused_at_registration(outside):

@@ -53,7 +53,8 @@ class COPlanner(SAC):
     """Offline COPlanner: MOPO's learner on UP-MPC-planned model rollouts (module docstring)."""
 
     name = "coplanner"
-    summary = "MOPO's learner on rollouts whose actions UP-MPC plans; an offline adaptation of an online method"  # what it is, for the docs' tables
+    # what it is, for the docs' tables
+    summary = "MOPO's learner on rollouts whose actions UP-MPC plans; an offline adaptation of an online method"
     defaults_from = "COPlanner's code"  # the code its defaults come from
     config_class = COPlannerConfig
 

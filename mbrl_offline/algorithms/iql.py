@@ -113,7 +113,8 @@ class IQL(FeedForwardAgent):
     normalisation and the reward scale from the dataset."""
 
     name = "iql"
-    summary = "expectile regression of V onto Q, advantage-weighted regression of the actor"  # what it is, for the docs' tables
+    # what it is, for the docs' tables
+    summary = "expectile regression of V onto Q, advantage-weighted regression of the actor"
     defaults_from = "CORL's `iql.py`"  # the code its defaults come from
     config_class = IQLConfig
     published_generator = staticmethod(model_free.published_generator)

@@ -70,7 +70,9 @@ class MOBILE(SAC):
     it the agent is the policy alone (for evaluation)."""
 
     name = "mobile"
-    summary = "SAC whose targets on model rows are lowered by β × the spread of their Bellman targets across the ensemble"  # what it is, for the docs' tables
+    # what it is, for the docs' tables
+    summary = ("SAC whose targets on model rows are lowered by β × the spread of their Bellman targets across the "
+               "ensemble")
     defaults_from = "the official MOBILE configs"  # the code its defaults come from
     config_class = MOBILEConfig
     graph_capturable = False  # the penalty goes to the batch's model rows only: a data-dependent shape

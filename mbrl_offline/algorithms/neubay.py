@@ -64,8 +64,8 @@ from torch.nn import functional as F
 
 from mbrl_offline.algorithms.sac import load_soft_actor_critic_state, soft_actor_critic_state
 from mbrl_offline.buffer import tape_weights
-from mbrl_offline.config import (check_field_types, require_above_zero, require_fraction, require_in_range, require_nonnegative,
-                                 require_positive)
+from mbrl_offline.config import (check_field_types, require_above_zero, require_fraction, require_in_range,
+                                 require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.networks import tanh_gaussian_draw, tanh_gaussian_log_prob, tanh_gaussian_log_prob_of
 from mbrl_offline.models.recurrent import ENCODERS, Block, EnsembleHeads, RecurrentEncoder
@@ -284,7 +284,8 @@ class NEUBAY:
     ``episode_policy`` for evaluation, ``act``, ``state_dict``."""
 
     name = "neubay"
-    summary = "recurrent SAC (LRU encoders, 10 critic heads) on tapes of whole episodes, no penalty"  # what it is, for the docs' tables
+    # what it is, for the docs' tables
+    summary = "recurrent SAC (LRU encoders, 10 critic heads) on tapes of whole episodes, no penalty"
     defaults_from = "the official NEUBAY code"  # the code its defaults come from
     config_class = NEUBAYConfig
     recurrent = True  # the policy carries a state from step to step

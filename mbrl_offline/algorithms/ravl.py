@@ -72,7 +72,8 @@ class RAVL(SAC):
     by the trainer: `mbrl_offline.build_run` (``examples/train.py algo=ravl``) composes both."""
 
     name = "ravl"
-    summary = "EDAC critic ensemble (N = 10, η = 1) on unpenalised branched rollouts"  # what it is, for the docs' tables
+    # what it is, for the docs' tables
+    summary = "EDAC critic ensemble (N = 10, η = 1) on unpenalised branched rollouts"
     defaults_from = "the official RAVL code"  # the code its defaults come from
     config_class = RAVLConfig
 

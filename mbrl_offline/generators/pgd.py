@@ -299,7 +299,9 @@ class PGDGenerator:
     """The PGD generator of a run: a fitted trajectory `DiffusionModel` and the settings of a
     `PGDGeneratorConfig` (the schedule and mixing are read by the trainer)."""
 
-    summary = "policy-guided diffusion: trajectories from a diffusion model, guided by the agent's policy (`generator.guidance.scale`)"  # what it gives, for the docs' tables
+    # what it gives, for the docs' tables
+    summary = ("policy-guided diffusion: trajectories from a diffusion model, guided by the agent's policy "
+               "(`generator.guidance.scale`)")
     config_class = PGDGeneratorConfig
     model: DiffusionModel  # the fitted diffusion model of trajectory windows
     produces = "transitions"

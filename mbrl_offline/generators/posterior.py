@@ -423,7 +423,9 @@ class PosteriorGenerator:
     """The posterior generator of a run: `PosteriorRollouts` in a posterior ensemble, with the settings
     of a `PosteriorGeneratorConfig` (schedule and mixing are read by the trainer)."""
 
-    summary = "NEUBAY's: whole episodes, a real prefix then rollouts in a posterior over world models, for a recurrent agent"  # what it gives, for the docs' tables
+    # what it gives, for the docs' tables
+    summary = ("NEUBAY's: whole episodes, a real prefix then rollouts in a posterior over world models, for a "
+               "recurrent agent")
     config_class = PosteriorGeneratorConfig
     produces = "sequences"
     recurrent_policy = True  # warms a recurrent policy up on each real prefix; a feed-forward one works too

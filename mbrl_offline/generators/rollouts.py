@@ -222,7 +222,9 @@ class RolloutGenerator:
     """The rollout generator of a run: `BranchedRollouts` in a dynamics model, with the settings of a
     `RolloutGeneratorConfig` (schedule and mixing are read by the trainer)."""
 
-    summary = "branched rollouts in a learned dynamics ensemble (or the simulator), optionally penalised or UP-MPC planned"  # what it gives, for the docs' tables
+    # what it gives, for the docs' tables
+    summary = ("branched rollouts in a learned dynamics ensemble (or the simulator), optionally penalised or "
+               "UP-MPC planned")
     config_class = RolloutGeneratorConfig
     produces = "transitions"
     recurrent_policy = False  # branched rollouts step a feed-forward policy

@@ -93,7 +93,8 @@ class SyntherGenerator:
     """SynthER's generator: a fitted `DiffusionModel` of transitions and the settings of a
     `SyntherGeneratorConfig` (schedule and mixing are read by the trainer)."""
 
-    summary = "SynthER: transitions sampled once from a diffusion model of the data (by default replacing it)"  # what it gives, for the docs' tables
+    # what it gives, for the docs' tables
+    summary = "SynthER: transitions sampled once from a diffusion model of the data (by default replacing it)"
     config_class = SyntherGeneratorConfig
     model: DiffusionModel  # the fitted diffusion model of transitions
     produces = "transitions"
