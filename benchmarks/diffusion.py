@@ -43,7 +43,8 @@ import statistics
 import sys
 from pathlib import Path
 
-import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads)
+from mbrl_offline import platform as mbrl_platform  # noqa: E402
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

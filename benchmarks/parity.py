@@ -43,7 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL)
+import mbrl_offline  # noqa: E402
+from mbrl_offline import platform as mbrl_platform  # noqa: E402
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL
 import numpy as np
 import torch
 

@@ -9,7 +9,7 @@ the CPU, 8192^3 on a GPU, which 1024^3 does not fill; full fp32, as training run
 is what torch's own matmul reaches. On AMD CPUs with AVX-512
 that is MKL's AVX2 code, about half of what the CPU can do: the script also prints the same product
 through oneDNN, which uses AVX-512 there, and whether ``MBRL_OFFLINE_MKL_AVX512=1`` (`mbrl_offline.
-mkl_avx512`) let MKL run its AVX-512 code in this process, in which case the peak is that code's.
+platform`) let MKL run its AVX-512 code in this process, in which case the peak is that code's.
 
 * RAVL agent updates/s: the full loop body (a mixed batch of 256 from a 1M real and a full 1.25M
   synthetic buffer, then one update of 10 critics and the actor, 3x256, EDAC eta = 1); on a GPU
@@ -38,11 +38,11 @@ import statistics
 import time
 from pathlib import Path
 
-import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads)
+from mbrl_offline import platform as mbrl_platform  # noqa: E402
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mbrl_offline import mkl_avx512
 from mbrl_offline.algorithms.coplanner import COPlanner
 from mbrl_offline.algorithms.iql import IQL
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
@@ -52,7 +52,7 @@ from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
 from mbrl_offline.data.termination import never
-from mbrl_offline.utils import keep_freed_memory
+from mbrl_offline.platform import keep_freed_memory
 
 OBS, ACT = 11, 3
 
@@ -77,7 +77,7 @@ def matmul_peak(device: torch.device, readings: int = 5, product=torch.matmul) -
 def onednn_matmul_rate() -> float | None:
     """The best `matmul_peak` reading through the oneDNN library in torch's wheel, which picks its code
     by instruction set on any vendor's CPU; None where torch has no oneDNN. On AMD CPUs with AVX-512
-    this is about twice torch's matmul, for which MKL runs its AVX2 code (see mkl_avx512)."""
+    this is about twice torch's matmul, for which MKL runs its AVX2 code (see mbrl_offline.platform)."""
     if not torch.backends.mkldnn.is_available():
         return None
     # linear(a, b) = a @ b^T: the same work as a @ b
@@ -103,14 +103,13 @@ def print_rates(rows, peak: list[float], device: torch.device, columns: tuple[st
     """The peak's line, MKL's code (CPU), then a markdown table of ``rows`` (label, what, rate, FLOPs per
     unit) under the two first ``columns``' names: the rate, its FLOPs per unit in ``flop_unit`` (a key of
     `FLOP_UNITS`), GFLOP/s and the share of the median peak; ``note`` follows the table."""
-    from mbrl_offline import mkl_avx512
 
     scale, digits = FLOP_UNITS[flop_unit]
     peak_gflops = statistics.median(peak)
     print(f"fp32 matmul peak: {peak_gflops:.0f} GFLOP/s (median of {len(peak)} readings, "
           f"{min(peak):.0f}-{max(peak):.0f}); torch.matmul, which the shares below divide by")
     if device.type == "cpu":
-        print(f"MKL's AVX-512 code on AMD CPUs ({mkl_avx512.ENV_VAR}): {mkl_avx512.status()}")
+        print(f"MKL's AVX-512 code on AMD CPUs ({mbrl_platform.ENV_VAR}): {mbrl_platform.status()}")
     print()
     print(f"| {columns[0]} | {columns[1]} | rate | {flop_unit} per unit | GFLOP/s | of peak |")
     print("|---|---|---:|---:|---:|---:|")
@@ -312,7 +311,7 @@ def main() -> None:
         onednn = onednn_matmul_rate()
         if onednn:
             print(f"  the same product through oneDNN: {onednn:.0f} GFLOP/s (best of 5 readings)")
-        print(f"  MKL's AVX-512 code on AMD CPUs ({mkl_avx512.ENV_VAR}): {mkl_avx512.status()}")
+        print(f"  MKL's AVX-512 code on AMD CPUs ({mbrl_platform.ENV_VAR}): {mbrl_platform.status()}")
     rows = [
         ("RAVL updates/s", updates, update_flops, "GFLOP/update", 1e9),
         *([("  without CUDA graph", eager_updates, update_flops, "GFLOP/update", 1e9)]

@@ -34,7 +34,7 @@ both processes to that many cores (``sched_setaffinity``, which sizes XLA's thre
 torch's thread count. Each side times only its own work, after its warm-up (JAX: the compilations).
 The processes run through `side_by_side.run_child` (each prints one ``RESULT`` line of JSON). On AMD
 CPUs torch's matmul runs MKL's AVX2 code unless ``MBRL_OFFLINE_MKL_AVX512=1`` is set (`mbrl_offline.
-mkl_avx512`; the header says which), while XLA's runs AVX-512: the two peaks show it.
+platform`; the header says which), while XLA's runs AVX-512: the two peaks show it.
 
 * train (samples/s, a sample being one member's row: members x batch per step): the posterior
   ensemble's training batches over ``--epochs`` epochs of ``rows - min(20% rows, 1000)`` rows per
@@ -401,12 +401,13 @@ def official_child(args) -> None:
 
 # ------------------------------------------------------------------------------------------- ours
 def our_child(args) -> None:
-    import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads)
+    from mbrl_offline import platform as mbrl_platform
+    mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
     import torch
 
     import neubay
     import throughput
-    from mbrl_offline.utils import keep_freed_memory
+    from mbrl_offline.platform import keep_freed_memory
 
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as training on a CPU does
@@ -475,13 +476,13 @@ def main() -> None:
     if child_or_driver(args, official_child, our_child):
         return
     sys.path.insert(0, str(HERE))
-    import mbrl_offline  # noqa: F401
+    from mbrl_offline import platform as mbrl_platform
+    mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
     import torch
 
     import throughput
-    from mbrl_offline import mkl_avx512
     print(f"device: {throughput.cpu_name()}; {args.threads} threads per process; torch {torch.__version__}; "
-          f"MKL's AVX-512 code on AMD CPUs: {mkl_avx512.status()}")
+          f"MKL's AVX-512 code on AMD CPUs: {mbrl_platform.status()}")
     print(f"sizes: ensemble {args.members} members x 4 x {args.width}, batch {args.batch}, {args.rows:,} rows, "
           f"{args.epochs} timed epochs; rollouts {args.parallel} in {args.elites} elites x {args.rollout_steps} steps; "
           f"agent tape {args.tape}, LRU {args.d_model}/{args.d_hidden} x {args.encoder_layers}, heads "

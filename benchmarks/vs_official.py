@@ -28,7 +28,7 @@ them, on the CPU (the official scripts themselves need CUDA, D4RL and wandb), ea
   250,000 transitions per call.
 
 With ``MBRL_OFFLINE_MKL_AVX512=1`` in the environment both sides' processes let MKL run its AVX-512
-code on an AMD CPU (`mbrl_offline.mkl_avx512`), so the comparison stays like for like; the peak column
+code on an AMD CPU (`mbrl_offline.platform`), so the comparison stays like for like; the peak column
 shows which code ran (about twice the GFLOP/s with it).
 
 Two adapters, needed on a CPU, change nothing that is timed: ``gym`` is aliased to gymnasium if it
@@ -69,12 +69,12 @@ import sys
 import time
 from pathlib import Path
 
-import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL)
+from mbrl_offline import platform as mbrl_platform  # noqa: E402
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL
 import numpy as np
 import torch
 
 import throughput
-from mbrl_offline import mkl_avx512
 
 OBS, ACT = throughput.OBS, throughput.ACT
 UNITS = {"agent": "updates/s", "dynamics": "samples/s", "rollouts": "transitions/s"}
@@ -206,7 +206,7 @@ def official_rates(checkout: Path, measure: str) -> list[float]:
 
 
 def our_rates(measure: str) -> list[float]:
-    from mbrl_offline.utils import keep_freed_memory
+    from mbrl_offline.platform import keep_freed_memory
     keep_freed_memory()  # as training on a CPU does
     device = torch.device("cpu")
     if measure == "agent":
@@ -436,7 +436,7 @@ def main() -> None:
         child(args)
         return
     print(f"cpu: {throughput.cpu_name()}; {args.threads} threads; torch {torch.__version__}; "
-          f"MKL's AVX-512 code on AMD CPUs: {mkl_avx512.status()}")
+          f"MKL's AVX-512 code on AMD CPUs: {mbrl_platform.status()}")
     print(f"{'measure':<11}{'pair':>5}{'official':>14}{'ours':>14}{'ratio':>8}{'peak GFLOP/s (off./ours)':>27}")
     for measure in args.measures:
         ratios = []

@@ -243,7 +243,8 @@ def official_child(args) -> None:
 
 # ------------------------------------------------------------------------------------------- ours
 def import_ours():
-    import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads)
+    from mbrl_offline import platform as mbrl_platform
+    mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
     import torch
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import throughput
@@ -259,7 +260,7 @@ def our_rates(args, measure: str) -> tuple[list[float], dict]:
     from mbrl_offline.generators.pgd import (PGDGenerator, PGDGeneratorConfig, PGDGuidanceConfig, TrajectoryRows,
                                              UNetConfig, _unet_kwargs)
     from mbrl_offline.models.diffusion import DiffusionModel, fit_diffusion
-    from mbrl_offline.utils import keep_freed_memory
+    from mbrl_offline.platform import keep_freed_memory
 
     device = torch.device("cpu")
     keep_freed_memory()  # as training on a CPU does
@@ -354,10 +355,10 @@ def main() -> None:
     if child_or_driver(args, official_child, our_child):
         return
     torch, throughput = import_ours()
-    from mbrl_offline import mkl_avx512
+    from mbrl_offline import platform as mbrl_platform
     argv = list(sys.argv[1:])
     print(f"device: {throughput.cpu_name()}; {args.threads} threads per process; torch {torch.__version__}; "
-          f"MKL's AVX-512 code on AMD CPUs: {mkl_avx512.status()}")
+          f"MKL's AVX-512 code on AMD CPUs: {mbrl_platform.status()}")
     print(f"sizes: U-Net base {args.base}, {args.levels} levels, {CHANNELS} channels; training {args.batch} windows "
           f"of {args.window} rows, {args.train_steps} steps per call; sampler {args.sampler_steps} steps "
           f"(U-Net evaluations: official {2 * args.sampler_steps}, ours {2 * args.sampler_steps - 1}), "

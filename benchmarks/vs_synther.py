@@ -46,7 +46,8 @@ import time
 import types
 from pathlib import Path
 
-import mbrl_offline  # noqa: F401  (before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL)
+from mbrl_offline import platform as mbrl_platform  # noqa: E402
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -54,7 +55,6 @@ import diffusion  # noqa: E402
 import throughput  # noqa: E402
 from side_by_side import compare  # noqa: E402
 
-from mbrl_offline import mkl_avx512  # noqa: E402
 
 UNITS = {"train": "samples/s", "sample": "transitions/s"}
 ROWS = diffusion.SYNTHER_ROWS
@@ -156,7 +156,7 @@ def our_setting(args, device: torch.device) -> diffusion.Setting:
 
 def our_rates(args, measure: str) -> list[float]:
     from mbrl_offline.models.diffusion import fit_diffusion
-    from mbrl_offline.utils import keep_freed_memory
+    from mbrl_offline.platform import keep_freed_memory
     device = torch.device(args.device)
     if device.type == "cpu":
         keep_freed_memory()  # as training on a CPU does
@@ -226,7 +226,7 @@ def main() -> None:
         return
     argv = list(sys.argv[1:])
     name = (f"{throughput.cpu_name()}; {args.threads} threads" if args.device == "cpu" else args.device)
-    print(f"device: {name}; torch {torch.__version__}; MKL's AVX-512 code on AMD CPUs: {mkl_avx512.status()}")
+    print(f"device: {name}; torch {torch.__version__}; MKL's AVX-512 code on AMD CPUs: {mbrl_platform.status()}")
     print(f"sizes: width {args.width}, {args.blocks} blocks, {DIM} inputs; training batch {args.batch}, "
           f"{args.train_steps} steps per call; sampler {args.sampler_steps} steps, {args.sample_batch} per call")
     print()

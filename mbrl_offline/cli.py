@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from mbrl_offline import mkl_avx512
+from mbrl_offline import platform
 from mbrl_offline.config import check_writable_dir, config_path_shown
 from mbrl_offline.config_files import TrainSettings, compose, top_level_settings, train_sections
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
@@ -29,13 +29,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def cli_main(fn: F) -> F:
     """A tool's ``main(argv=None)``: ``argv`` defaults to the process's arguments (``sys.argv[1:]``), as a
-    console script calls it; library errors are printed as one line and exit with status 2 instead of a
+    console script calls it. Before the tool runs, the platform settings asked for in the environment are
+    applied (`mbrl_offline.platform.apply_environment`: the tools import torch only inside ``main``, so this
+    comes before torch loads); library errors are printed as one line and exit with status 2 instead of a
     traceback."""
 
     @functools.wraps(fn)
     def wrapper(argv: "list[str] | None" = None):
         try:
-            mkl_avx512.check_environment()
+            platform.check_environment()
+            platform.apply_environment()
             return fn(list(sys.argv[1:] if argv is None else argv))
         except MbrlOfflineError as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
@@ -124,7 +127,6 @@ def build_trainer(cfg, callbacks=None):
     from mbrl_offline import load_dataset
     from mbrl_offline.compose import build_run
     from mbrl_offline.trainer import check_run_dir
-    from mbrl_offline.utils import keep_freed_memory
 
     agent_cls, algo_config, gen_config, trainer_config, env = resolve_train_config(cfg)
     # before the data is loaded and a model fitted: a folder holding an earlier run is refused now
@@ -132,12 +134,12 @@ def build_trainer(cfg, callbacks=None):
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     if cfg.keep_freed_memory and torch.device(cfg.device).type == "cpu":
-        keep_freed_memory()
+        platform.keep_freed_memory()
     dataset = load_dataset(cfg.env.dataset or env.default_dataset, env=env.name)
     print(f"{agent_cls.__name__} on {dataset.source} ({len(dataset)} transitions, data score "
           f"{dataset.summary()['normalized_score_mean']:.1f}), generator {gen_config.kind}; run folder "
           f"{trainer_config.run_dir}", flush=True)
-    if torch.device(cfg.device).type == "cpu" and (advice := mkl_avx512.advice()):
+    if torch.device(cfg.device).type == "cpu" and (advice := platform.advice()):
         print(advice, flush=True)
     return build_run(agent_cls.name, dataset, algo_config, gen_config, trainer_config, cfg.device,
                      cache_dir=cfg.dynamics_cache, dynamics_path=cfg.dynamics_path, callbacks=callbacks)

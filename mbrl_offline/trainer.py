@@ -47,7 +47,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from mbrl_offline import mkl_avx512
+from mbrl_offline import platform
 from mbrl_offline.buffer import Mixing, SequenceBuffer, TransitionBuffer, run_mixing
 from mbrl_offline.pairing import check_pair  # the one judge of an agent and a generator
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
@@ -252,13 +252,13 @@ class Trainer:
 
     def _write_run_info(self) -> None:
         """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and
-        whether MKL ran its AVX-512 code on an AMD CPU (`mkl_avx512`), which changes the rounding."""
+        whether MKL ran its AVX-512 code on an AMD CPU (`mbrl_offline.platform`), which changes the rounding."""
         atomic_write_bytes(self.run_dir / "run.json", json.dumps({
                 "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
                 "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
                 "trainer": asdict(self.config), "agent": asdict(self.agent.config),
                 "generator": self._generator_settings(),
-                "mkl_avx512": mkl_avx512.status()}, indent=2, default=str))
+                "mkl_avx512": platform.status()}, indent=2, default=str))
 
     def _generator_settings(self) -> Optional[dict]:
         return asdict(self.generator.config) if self.generator is not None else None

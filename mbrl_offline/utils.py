@@ -1,11 +1,8 @@
 """Small helpers shared across the library."""
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import math
 import os
-import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -135,47 +132,6 @@ def progress_bar(**kwargs):
     from tqdm.auto import tqdm
 
     return tqdm(mininterval=0.5, dynamic_ncols=True, **kwargs)
-
-
-def keep_freed_memory() -> bool:
-    """Let glibc's malloc keep freed memory for reuse instead of giving it back to the OS; returns
-    whether it could (only on Linux with glibc). Process-wide; call it once at the start of CPU training.
-
-    Why: torch on CPU allocates each activation and gradient afresh, and a block whose memory came
-    fresh from the OS faults its pages in on first touch (about a microsecond per 4 KiB page).
-    glibc gives memory back in two ways, and this turns both off:
-
-    * it gives the top of its heap back to the OS whenever more than twice its (adaptive) threshold
-      is free there, so the next update's tensors fault their pages in again. A RAVL update (10
-      critics of 3x256, batch 256) took 1,900 page faults and 4.6 ms of system time; with the heap
-      kept (trim threshold 1 GiB) 0.06 faults, and 49.2 instead of 52.4 ms per update on this
-      project's 2-core CPU;
-    * it serves every block above its mmap threshold (at most 32 MiB) with a fresh ``mmap``,
-      returned to the OS when freed. Rollouts (50,000 starts: 51 MB activations) and dynamics
-      training's evaluation passes allocate many such blocks: 582,000 faults and 1.0 s of system time
-      per rollout call of ``benchmarks/throughput.py``. Here every block comes from the heap
-      (``M_MMAP_MAX`` 0), and a freed one is reused: 14,000 faults, and 1.56x the transitions/s
-      (docs/performance.md).
-
-    The cost: the process keeps its peak heap (up to 1 GiB of free memory) instead of returning it.
-    This is what the environment variables MALLOC_MMAP_MAX_ and MALLOC_TRIM_THRESHOLD_ set at
-    start-up; PyTorch's CPU tuning guide suggests another allocator (jemalloc, tcmalloc) for the same
-    reason. A request the heap cannot grow for still gets its own mapping (glibc falls back to
-    ``mmap`` then).
-    """
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):  # another C library (musl) or none found
-        return False
-    m_trim_threshold, m_mmap_threshold, m_mmap_max = -1, -3, -4  # from glibc's malloc.h
-    # The threshold too: setting the trim threshold alone turns off the adaptive mmap threshold and
-    # leaves it at its default (128 KiB), which made every large block a fresh mmap (24,000 faults per
-    # update) where mmap is allowed.
-    return (bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
-            and bool(mallopt(m_mmap_max, 0)))
 
 
 class CUDAGraphed:

@@ -1,4 +1,6 @@
-"""MBRL_OFFLINE_MKL_AVX512: the in-memory library, and MKL choosing its code by instruction set with it.
+"""MBRL_OFFLINE_MKL_AVX512 (mbrl_offline/platform.py): the in-memory library, MKL choosing its code by
+instruction set with it, and the unlock running only when asked for (the command-line tools ask, before
+torch loads; ``import mbrl_offline`` does not).
 
 MKL's ``mkl_serv_cpu_detect()`` (exported by torch's wheel) returns the code branch MKL chose: 0 is its
 generic code, which it takes on AMD CPUs; a positive value an instruction-set branch (7 for AVX-512 on
@@ -13,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from mbrl_offline import mkl_avx512
+from mbrl_offline import platform as mbrl_platform
 
 ROOT = Path(__file__).resolve().parents[1]
-MODULE = ROOT / "mbrl_offline" / "mkl_avx512.py"
+MODULE = ROOT / "mbrl_offline" / "platform.py"
 X86_LINUX = sys.platform.startswith("linux") and platform.machine() == "x86_64"
 needs_x86_linux = pytest.mark.skipif(not X86_LINUX, reason="an x86-64 ELF library: x86-64 Linux only")
 
@@ -24,7 +26,7 @@ needs_x86_linux = pytest.mark.skipif(not X86_LINUX, reason="an x86-64 ELF librar
 # and prints the branch MKL chose.
 MKL_BRANCH = f"""
 import ctypes, importlib.util, os, sys
-spec = importlib.util.spec_from_file_location("mkl_avx512", {str(MODULE)!r})
+spec = importlib.util.spec_from_file_location("mbrl_platform", {str(MODULE)!r})
 module = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(module)
 if sys.argv[1] == "unlocked":
@@ -41,7 +43,7 @@ print(lib.mkl_serv_cpu_detect(), ((torch.bmm(a, b) - exact).abs().max() / exact.
 
 
 def run_python(code: str, *args: str, **env: str) -> subprocess.CompletedProcess:
-    environment = {key: value for key, value in os.environ.items() if key != mkl_avx512.ENV_VAR} | env
+    environment = {key: value for key, value in os.environ.items() if key != mbrl_platform.ENV_VAR} | env
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=environment,
                           cwd=ROOT, timeout=120)
 
@@ -59,7 +61,7 @@ def mkl_branch(mode: str) -> int:
 
 @needs_x86_linux
 def test_elf_library_exports_one_function_returning_one():
-    library = mkl_avx512._load(mkl_avx512.elf_shared_library("mbrl_offline_test_returns_one"))
+    library = mbrl_platform._load(mbrl_platform.elf_shared_library("mbrl_offline_test_returns_one"))
     assert library.mbrl_offline_test_returns_one() == 1
     with pytest.raises(AttributeError):
         library.mkl_serv_intel_cpu_true  # noqa: B018  (exports only the named function)
@@ -71,57 +73,88 @@ def test_mkl_picks_an_instruction_set_branch_with_the_library_loaded_first():
     # With the library MKL takes an instruction-set branch on any x86-64 CPU, as on Intel ones; on an AMD
     # CPU with AVX-512 its default was the generic one.
     assert unlocked > 0 and unlocked >= default
-    if mkl_avx512.would_help():
+    if mbrl_platform.would_help():
         assert default == 0 and unlocked > default
 
 
+# A process that asks for the unlock (before torch loads, or after), or only imports the package.
+ASKED_FIRST = "from mbrl_offline import platform as p; p.apply_environment(); import torch; print(p.{})"
+ASKED_LATE = "import torch; from mbrl_offline import platform as p; p.apply_environment(); print(p.{})"
+NOT_ASKED = "import mbrl_offline, torch; from mbrl_offline import platform as p; print(p.{})"
+
+
 @needs_x86_linux
-def test_environment_variable_unlocks_when_the_package_is_imported_before_torch():
-    status = "import mbrl_offline, torch; print(mbrl_offline.mkl_avx512.status())"
-    first = run_python(status, MBRL_OFFLINE_MKL_AVX512="1")
-    late = run_python(status.replace("mbrl_offline, torch", "torch, mbrl_offline"), MBRL_OFFLINE_MKL_AVX512="1")
-    unset = run_python(status)
-    assert first.returncode == late.returncode == unset.returncode == 0, first.stderr + late.stderr + unset.stderr
-    assert unset.stdout.strip() == f"off ({mkl_avx512.ENV_VAR} is not 1)"
-    if mkl_avx512.would_help():
+def test_environment_variable_unlocks_only_when_asked_for_before_torch():
+    first = run_python(ASKED_FIRST.format("status()"), MBRL_OFFLINE_MKL_AVX512="1")
+    late = run_python(ASKED_LATE.format("status()"), MBRL_OFFLINE_MKL_AVX512="1")
+    unset = run_python(ASKED_FIRST.format("status()"))
+    library = run_python(NOT_ASKED.format("status()"), MBRL_OFFLINE_MKL_AVX512="1")
+    done = [first, late, unset, library]
+    assert all(d.returncode == 0 for d in done), "".join(d.stderr for d in done)
+    assert unset.stdout.strip() == f"off ({mbrl_platform.ENV_VAR} is not 1)"
+    # a library import changes nothing, and says so
+    assert library.stdout.strip() == (f"off ({mbrl_platform.ENV_VAR}=1, but nothing in this process asked for it: "
+                                      "call mbrl_offline.platform.apply_environment() before torch loads, as the "
+                                      "command-line tools do)")
+    if mbrl_platform.would_help():
         assert first.stdout.startswith("on (")
-        assert late.stdout.startswith("off (torch was imported before mbrl_offline")
+        assert late.stdout.startswith("off (torch was imported before mbrl_offline.platform.apply_environment() ran")
     else:  # another vendor or no AVX-512: off, with the reason
-        assert first.stdout.strip() == late.stdout.strip() == f"off ({mkl_avx512._cpu_reason()})"
+        assert first.stdout.strip() == late.stdout.strip() == f"off ({mbrl_platform._cpu_reason()})"
+
+
+def test_the_tools_load_torch_only_after_applying_the_platform_settings():
+    """Importing a tool's module (or ``python -m mbrl_offline``'s) loads no torch, and the tool's
+    ``main`` applies the settings first (`mbrl_offline.cli.cli_main`): so the unlock acts on MKL."""
+    from mbrl_offline.cli import TOOLS
+
+    modules = ["mbrl_offline", "mbrl_offline.__main__", "mbrl_offline.platform", *[t.module for t in TOOLS.values()]]
+    code = (f"import importlib, sys\nfor name in {modules!r}:\n    importlib.import_module(name)\n"
+            "print(sorted(m for m in ('torch', 'numpy', 'hydra') if m in sys.modules))")
+    done = run_python(code)
+    assert done.returncode == 0 and done.stdout.strip() == "[]", done.stderr
+    tool = ("import sys; import mbrl_offline.tools.evaluate as tool; from mbrl_offline import platform as p\n"
+            "try:\n    tool.main(['checkpoint=x.pt', '--cfg', 'job'])\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, p.status())")
+    ran = run_python(tool, MBRL_OFFLINE_MKL_AVX512="1")
+    assert ran.returncode == 0, ran.stderr
+    asked_first = run_python(ASKED_FIRST.format("status()"), MBRL_OFFLINE_MKL_AVX512="1").stdout.strip()
+    assert ran.stdout.splitlines()[-1] == f"True {asked_first}"  # on where it helps, as if asked before torch
 
 
 def test_unknown_value_stops_the_command_line_with_one_error_line(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "examples" / "evaluate.py"), f"checkpoint={tmp_path}/x.pt"],
                           capture_output=True, text=True, cwd=ROOT, timeout=120,
-                          env={**os.environ, mkl_avx512.ENV_VAR: "yes"})
+                          env={**os.environ, mbrl_platform.ENV_VAR: "yes"})
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"error: {mkl_avx512.ENV_VAR}='yes' is not understood: set it to 1 (let MKL run its AVX-512 code on "
+        f"error: {mbrl_platform.ENV_VAR}='yes' is not understood: set it to 1 (let MKL run its AVX-512 code on "
         "AMD CPUs), or to 0 or nothing (torch's default)"]
     assert not list(tmp_path.iterdir())
 
 
 def test_unknown_value_leaves_a_library_import_working_and_says_why():
-    done = run_python("import mbrl_offline; print(mbrl_offline.mkl_avx512.status())", MBRL_OFFLINE_MKL_AVX512="on")
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"off ({mkl_avx512.ENV_VAR}='on' is not understood")
+    library = run_python(NOT_ASKED.format("status()"), MBRL_OFFLINE_MKL_AVX512="on")
+    asked = run_python(ASKED_FIRST.format("status()"), MBRL_OFFLINE_MKL_AVX512="on")
+    for done in (library, asked):
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.startswith(f"off ({mbrl_platform.ENV_VAR}='on' is not understood")
 
 
 @needs_x86_linux
 def test_training_log_line_says_what_the_setting_did():
-    advice = "import {} as m; print(m.mkl_avx512.advice())"
-    lines = {name: run_python(advice.format(imports), **env).stdout.strip() for name, imports, env in [
-        ("unset", "mbrl_offline", {}), ("off", "mbrl_offline", {mkl_avx512.ENV_VAR: "0"}),
-        ("on", "mbrl_offline", {mkl_avx512.ENV_VAR: "1"}), ("late", "torch, mbrl_offline", {mkl_avx512.ENV_VAR: "1"})]}
+    lines = {name: run_python(code.format("advice()"), **env).stdout.strip() for name, code, env in [
+        ("unset", ASKED_FIRST, {}), ("off", ASKED_FIRST, {mbrl_platform.ENV_VAR: "0"}),
+        ("on", ASKED_FIRST, {mbrl_platform.ENV_VAR: "1"}), ("late", ASKED_LATE, {mbrl_platform.ENV_VAR: "1"})]}
     assert lines["off"] == "None"
-    if mkl_avx512.would_help():
+    if mbrl_platform.would_help():
         assert lines["unset"].startswith(f"hint: torch's MKL runs AVX2 code on this AMD CPU, which has AVX-512; "
-                                         f"{mkl_avx512.ENV_VAR}=1 lets it run its AVX-512 code")
-        assert lines["on"] == f"matmuls: {mkl_avx512.ON} ({mkl_avx512.ENV_VAR}=1)"
-        assert lines["late"].startswith(f"matmuls: {mkl_avx512.ENV_VAR}=1 did nothing: torch was imported before")
+                                         f"{mbrl_platform.ENV_VAR}=1 lets it run its AVX-512 code")
+        assert lines["on"] == f"matmuls: {mbrl_platform.ON} ({mbrl_platform.ENV_VAR}=1)"
+        assert lines["late"].startswith(f"matmuls: {mbrl_platform.ENV_VAR}=1 did nothing: torch was imported before")
     else:
-        assert lines["unset"] == "None"
-        assert lines["on"] == lines["late"] == f"matmuls: {mkl_avx512.ENV_VAR}=1 did nothing: {mkl_avx512._cpu_reason()}"
+        reason = f"matmuls: {mbrl_platform.ENV_VAR}=1 did nothing: {mbrl_platform._cpu_reason()}"
+        assert lines["unset"] == "None" and lines["on"] == lines["late"] == reason
 
 
 @needs_x86_linux
@@ -130,8 +163,8 @@ def test_only_amd_cpus_with_avx512_qualify():
         return f"processor\t: 0\nvendor_id\t: {vendor}\nflags\t\t: fpu sse avx2 {flags}\n\nprocessor\t: 1\n"
 
     avx512 = "avx512f avx512cd avx512bw avx512dq avx512vl"
-    assert mkl_avx512._cpu_reason(cpuinfo("AuthenticAMD", avx512)) is None
-    assert mkl_avx512._cpu_reason(cpuinfo("GenuineIntel", avx512)) == (
+    assert mbrl_platform._cpu_reason(cpuinfo("AuthenticAMD", avx512)) is None
+    assert mbrl_platform._cpu_reason(cpuinfo("GenuineIntel", avx512)) == (
         "not needed on a GenuineIntel CPU: MKL picks its code by instruction set there")
-    assert mkl_avx512._cpu_reason(cpuinfo("AuthenticAMD", "avx512f")) == (
+    assert mbrl_platform._cpu_reason(cpuinfo("AuthenticAMD", "avx512f")) == (
         "this AMD CPU lacks avx512cd, avx512bw, avx512dq, avx512vl, so MKL's AVX2 code is the right one")

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mbrl_offline import build_run, load_dataset, mkl_avx512
+from mbrl_offline import build_run, load_dataset, platform
 from mbrl_offline.algorithms import RAVLConfig, load_policy
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.checkpoint import read_checkpoint
@@ -117,7 +117,7 @@ def test_logs_and_callbacks(data, tmp_path):
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*"))
     json.dumps(records)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert info["algorithm"] == "ravl" and info["mkl_avx512"] == mkl_avx512.status()
+    assert info["algorithm"] == "ravl" and info["mkl_avx512"] == platform.status()
 
 
 def test_a_checkpoint_of_the_first_format_is_read_with_its_generator_settings(data, tmp_path):

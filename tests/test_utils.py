@@ -1,4 +1,4 @@
-"""Helpers in mbrl_offline.utils."""
+"""Helpers in mbrl_offline.utils, and keep_freed_memory (mbrl_offline.platform)."""
 import subprocess
 import sys
 
@@ -6,7 +6,7 @@ import pytest
 
 FAULTS_PER_ITERATION = """
 import resource, sys, torch
-from mbrl_offline.utils import keep_freed_memory
+from mbrl_offline.platform import keep_freed_memory
 assert keep_freed_memory()
 elements = int(sys.argv[1])
 

@@ -1,5 +1,9 @@
-"""Opt-in: let MKL run its AVX-512 matmul code on AMD CPUs (``MBRL_OFFLINE_MKL_AVX512=1``).
+"""Settings of the process, not of the library: they act on every computation of the process, so they run
+only when asked for. The command-line tools ask for them (`mbrl_offline.cli.cli_main` calls
+`apply_environment` before torch loads; the train and sweep tools call `keep_freed_memory` for a CPU run
+with ``keep_freed_memory=true``), and so do the benchmarks; ``import mbrl_offline`` changes nothing.
 
+**MKL's AVX-512 code on AMD CPUs** (opt-in: ``MBRL_OFFLINE_MKL_AVX512=1``, then `apply_environment`).
 PyTorch's x86 wheels do their fp32 matmuls with Intel's MKL. MKL picks its code by CPU vendor: on an
 AMD CPU it runs AVX2 code even where the CPU has AVX-512 (AMD's Zen 4 and Zen 5). On this project's
 2-core Zen 5 VM, torch's 1024^3 fp32 matmul ran at 190 GFLOP/s, while the oneDNN library bundled in
@@ -18,11 +22,15 @@ dynamics-training batches from 22,757 to 35,410-42,226 samples/s (docs/performan
 from MKL's AVX2 code only by fp32 rounding.
 
 Off by default, because it changes a process-wide choice inside MKL that Intel does not document
-(every matmul of the process, not only this library's). It takes effect only when ``mbrl_offline``
-is imported before torch: ``MBRL_OFFLINE_MKL_AVX512=1 python examples/train.py ...`` does that, as
-does ``import mbrl_offline`` at the top of a script. It does nothing, and says why in `status`, on
-CPUs other than AMD ones with AVX-512 (MKL already runs AVX-512 code on Intel CPUs), outside
-x86-64 Linux, or when torch was imported first.
+(every matmul of the process, not only this library's). It takes effect only when the library is
+loaded before torch, as MKL is linked when torch loads: ``MBRL_OFFLINE_MKL_AVX512=1 mbrl-train ...``
+(or ``python examples/train.py ...``) does that, as the tools import torch only after `apply_environment`;
+in a script of your own, call ``mbrl_offline.platform.apply_environment()`` before ``import torch``
+(``import mbrl_offline`` does not load torch). It does nothing, and says why in `status`, on CPUs other
+than AMD ones with AVX-512 (MKL already runs AVX-512 code on Intel CPUs), outside x86-64 Linux, or
+when torch was imported first.
+
+**glibc's malloc keeping freed memory** (`keep_freed_memory`), for CPU training: see its docstring.
 
 This module imports nothing of the package or torch at the top: it runs before torch is loaded,
 and its test loads it alone.
@@ -30,6 +38,7 @@ and its test loads it alone.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import os
 import platform
 import struct
@@ -42,17 +51,28 @@ ON = "MKL runs its AVX-512 code on this AMD CPU"
 # the AVX-512 subsets of Intel's first AVX-512 server CPUs, which MKL's AVX-512 code assumes
 REQUIRED_FLAGS = ("avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl")
 
-_off_reason: str | None = f"{ENV_VAR} is not 1"  # None once the library is loaded
+_off_reason: str | None = None  # why the unlock is off, once `apply_environment` or `unlock` ran; None: on
+_asked = False  # whether `apply_environment` or `unlock` ran in this process
 _library = None  # the loaded CDLL, kept so that it stays loaded
 
 
 def status() -> str:
     """What `unlock` did in this process, as one line for logs: ``on (...)`` or ``off (why)``."""
-    return f"on ({ON})" if is_on() else f"off ({_off_reason})"
+    return f"on ({ON})" if is_on() else f"off ({_reason_off()})"
+
+
+def _reason_off() -> str:
+    if _asked:
+        return str(_off_reason)
+    requested = os.environ.get(ENV_VAR, "").strip()
+    if requested == "1":
+        return (f"{ENV_VAR}=1, but nothing in this process asked for it: call "
+                "mbrl_offline.platform.apply_environment() before torch loads, as the command-line tools do")
+    return _environment_problem() or f"{ENV_VAR} is not 1"
 
 
 def is_on() -> bool:
-    return _off_reason is None
+    return _asked and _off_reason is None
 
 
 def advice() -> str | None:
@@ -62,7 +82,7 @@ def advice() -> str | None:
     if is_on():
         return f"matmuls: {ON} ({ENV_VAR}=1)"
     if requested == "1":
-        return f"matmuls: {ENV_VAR}=1 did nothing: {_off_reason}"
+        return f"matmuls: {ENV_VAR}=1 did nothing: {_reason_off()}"
     if would_help() and not requested:
         return (f"hint: torch's MKL runs AVX2 code on this AMD CPU, which has AVX-512; {ENV_VAR}=1 lets it run "
                 "its AVX-512 code (1.6x the RAVL updates/s on a Zen 5 CPU; docs/performance.md)")
@@ -75,16 +95,21 @@ def would_help() -> bool:
 
 
 def apply_environment() -> str:
-    """`unlock` when ``MBRL_OFFLINE_MKL_AVX512=1``; called by ``mbrl_offline/__init__`` before torch loads.
+    """`unlock` when ``MBRL_OFFLINE_MKL_AVX512=1``; returns `status`. Call it before torch loads: the
+    command-line tools do (`mbrl_offline.cli.cli_main`), and so do the benchmarks.
 
-    Another value leaves it off, with the reason in `status`: an import should not fail over a speed
-    setting. The command-line entry points stop on it with one error line (`check_environment`)."""
-    global _off_reason
+    Another value leaves it off, with the reason in `status`: a speed setting should not stop a
+    script. The command-line tools stop on it with one error line (`check_environment`) first."""
+    global _off_reason, _asked
     problem = _environment_problem()
     if problem:
-        _off_reason = problem
+        _off_reason, _asked = problem, True
         return status()
-    return unlock() if os.environ.get(ENV_VAR, "").strip() == "1" else status()
+    if os.environ.get(ENV_VAR, "").strip() == "1":
+        return unlock()
+    if not _asked:
+        _off_reason, _asked = f"{ENV_VAR} is not 1", True
+    return status()
 
 
 def check_environment() -> None:
@@ -106,13 +131,14 @@ def _environment_problem() -> str | None:
 
 def unlock() -> str:
     """Load the one-function library that makes MKL pick its code by instruction set; returns `status`."""
-    global _off_reason, _library
+    global _off_reason, _library, _asked
+    _asked = True
     if _library is not None:
         return status()
     reason = _cpu_reason()
     if reason is None and "torch" in sys.modules:
-        reason = ("torch was imported before mbrl_offline, and MKL's own function was found first; "
-                  "import mbrl_offline before torch")
+        reason = ("torch was imported before mbrl_offline.platform.apply_environment() ran, and MKL's own "
+                  "function was found first; call it before torch loads")
     if reason is None:
         try:
             _library = _load(elf_shared_library(SYMBOL))
@@ -194,3 +220,44 @@ def elf_shared_library(name: str) -> bytes:
                          (strings_at, strtab), (code_at, code), (dynamic_at, dynamic)]:
         image[offset:offset + len(part)] = part
     return bytes(image)
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc's malloc keep freed memory for reuse instead of giving it back to the OS; returns
+    whether it could (only on Linux with glibc). Process-wide; call it once at the start of CPU training.
+
+    Why: torch on CPU allocates each activation and gradient afresh, and a block whose memory came
+    fresh from the OS faults its pages in on first touch (about a microsecond per 4 KiB page).
+    glibc gives memory back in two ways, and this turns both off:
+
+    * it gives the top of its heap back to the OS whenever more than twice its (adaptive) threshold
+      is free there, so the next update's tensors fault their pages in again. A RAVL update (10
+      critics of 3x256, batch 256) took 1,900 page faults and 4.6 ms of system time; with the heap
+      kept (trim threshold 1 GiB) 0.06 faults, and 49.2 instead of 52.4 ms per update on this
+      project's 2-core CPU;
+    * it serves every block above its mmap threshold (at most 32 MiB) with a fresh ``mmap``,
+      returned to the OS when freed. Rollouts (50,000 starts: 51 MB activations) and dynamics
+      training's evaluation passes allocate many such blocks: 582,000 faults and 1.0 s of system time
+      per rollout call of ``benchmarks/throughput.py``. Here every block comes from the heap
+      (``M_MMAP_MAX`` 0), and a freed one is reused: 14,000 faults, and 1.56x the transitions/s
+      (docs/performance.md).
+
+    The cost: the process keeps its peak heap (up to 1 GiB of free memory) instead of returning it.
+    This is what the environment variables MALLOC_MMAP_MAX_ and MALLOC_TRIM_THRESHOLD_ set at
+    start-up; PyTorch's CPU tuning guide suggests another allocator (jemalloc, tcmalloc) for the same
+    reason. A request the heap cannot grow for still gets its own mapping (glibc falls back to
+    ``mmap`` then).
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # another C library (musl) or none found
+        return False
+    m_trim_threshold, m_mmap_threshold, m_mmap_max = -1, -3, -4  # from glibc's malloc.h
+    # The threshold too: setting the trim threshold alone turns off the adaptive mmap threshold and
+    # leaves it at its default (128 KiB), which made every large block a fresh mmap (24,000 faults per
+    # update) where mmap is allowed.
+    return (bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
+            and bool(mallopt(m_mmap_max, 0)))
