@@ -1,4 +1,5 @@
-"""Helpers for the command-line tools in `mbrl_offline.tools` (Hydra stays at that edge).
+"""Helpers for the command-line tools in `mbrl_offline.tools` and `mbrl_offline.experiments` (Hydra stays at
+that edge).
 
 The tools run as console scripts (``mbrl-train``), as ``python -m mbrl_offline train`` and as
 ``python examples/train.py``; their configs are the package's (`mbrl_offline.config.CONFIG_DIR`).
@@ -146,7 +147,7 @@ def build_trainer(cfg, callbacks=None):
 
 
 # ------------------------------------------------------------------------------------ the tools' command line
-# Every tool (mbrl_offline/tools/) takes the same command line: ``--help``/``-h``, ``--cfg job`` and Hydra overrides
+# Every tool (mbrl_offline/tools/, mbrl_offline/experiments/) takes the same command line: ``--help``/``-h``, ``--cfg job`` and Hydra overrides
 # (``group=option``, ``key=value``), parsed here once. `tool_config` is the whole of it for a tool with one
 # config; `parse_command_line`, `print_config` and `tool_help` are its parts, for tools that compose several
 # configs (edge_of_reach.py); `ToolArgumentParser` gives the tools that take options (report.py) the same habits.
@@ -172,10 +173,10 @@ TOOLS = {
     "report": Tool("mbrl_offline.tools.report", "report.py", "score tables and learning curves of runs and sweeps"),
     "inspect": Tool("mbrl_offline.tools.inspect_dataset", "inspect_dataset.py",
                     "check and summarise a dataset, export it to D4RL HDF5"),
-    "bandit": Tool("mbrl_offline.tools.bandit", "bandit.py", "NEUBAY's bandit illustration (an experiment)"),
-    "dynamics-error": Tool("mbrl_offline.tools.dynamics_error", "dynamics_error.py",
+    "bandit": Tool("mbrl_offline.experiments.bandit", "bandit.py", "NEUBAY's bandit illustration (an experiment)"),
+    "dynamics-error": Tool("mbrl_offline.experiments.dynamics_error", "dynamics_error.py",
                            "PGD's dynamics error against a world model's (an experiment)"),
-    "edge-of-reach": Tool("mbrl_offline.tools.edge_of_reach", "edge_of_reach.py",
+    "edge-of-reach": Tool("mbrl_offline.experiments.edge_of_reach", "edge_of_reach.py",
                           "MOPO and RAVL with learned and true dynamics (an experiment)"),
 }
 MODULE_PROG = "python -m mbrl_offline"  # how `python -m mbrl_offline <tool>` names itself in sys.argv[0]
@@ -213,7 +214,7 @@ SETTING_DOCS = {
     "preset": f"published per-dataset settings, {config_path_shown('preset', '<algo>-<env>-<dataset>.yaml')}",
     "sweep": "the fields of SweepConfig (mbrl_offline/tune.py); the search space is sweep.space",
     "collect": "the fields of CollectConfig (mbrl_offline/collect.py)",
-    "bandit": "the fields of BanditConfig (mbrl_offline/bandit.py); bandit=cpu (CPU sizes) or bandit=paper (the "
+    "bandit": "the fields of BanditConfig (mbrl_offline/experiments/bandit_parts.py); bandit=cpu (CPU sizes) or bandit=paper (the "
               f"official sizes), {config_path_shown('bandit', '<name>.yaml')}",
 }
 

@@ -1,4 +1,4 @@
-"""NEUBAY's bandit illustration (mbrl_offline/bandit.py): the bandit and its data, the reward ensemble,
+"""NEUBAY's bandit illustration (mbrl_offline/experiments/bandit_parts.py, its tool bandit.py): the bandit and its data, the reward ensemble,
 the posterior rollouts, the tapes, the DQN loss and optimiser steps, the evaluation, the configs; and,
 marked slow, that the unpenalised agent learns to use the unseen arm where the penalised one does not."""
 import dataclasses
@@ -9,11 +9,13 @@ import pytest
 import torch
 import yaml
 
-from mbrl_offline.bandit import (ARMS, INPUT_DIM, BanditConfig, BanditEnv, EpisodeBuffer, LearnedBandit, RecurrentDQN,
-                                 RewardEnsemble, agent_inputs, bandit_data, clip_group, evaluate, first_inputs,
-                                 fit_reward_ensemble, play, results_table, plot_results, soft_clamp, train_agent)
 from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.errors import ConfigError, InputError
+from mbrl_offline.experiments.bandit_parts import (ARMS, INPUT_DIM, BanditConfig, BanditEnv, EpisodeBuffer,
+                                                   LearnedBandit, RecurrentDQN, RewardEnsemble, agent_inputs,
+                                                   bandit_data, clip_group, evaluate, first_inputs,
+                                                   fit_reward_ensemble, play, results_table, plot_results,
+                                                   soft_clamp, train_agent)
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(d_model=16, d_hidden=8, head_hidden=16, ensemble_size=8, elites=4, parallel=8, horizon=10,
@@ -294,7 +296,7 @@ def test_config_checks_and_the_yaml_sizes_are_the_dataclass():
 # ------------------------------------------------------------------------------------------- learning (slow)
 @pytest.mark.slow
 def test_unpenalised_agent_uses_the_unseen_arm_where_it_pays_more_and_the_penalised_one_does_not():
-    from mbrl_offline.bandit import run_bandit
+    from mbrl_offline.experiments.bandit_parts import run_bandit
 
     torch.set_num_threads(1)
     config = BanditConfig(**LEARNING)

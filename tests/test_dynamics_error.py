@@ -1,5 +1,6 @@
-"""The dynamics-error tool (mbrl_offline/tools/dynamics_error.py, PGD's claim, measured): its parts compute what they say, the tool runs end to
-end at tiny sizes, and bad settings are refused in one line before any work."""
+"""The dynamics-error experiment (mbrl_offline/experiments/dynamics_error.py, PGD's claim, measured): its parts
+compute what they say, the tool runs end to end at tiny sizes, and bad settings are refused in one line before
+any work."""
 import sys
 
 import numpy as np
@@ -14,9 +15,9 @@ TINY = ["starts=6", "length=8", "unet_base=16", "diffusion_steps=40", "sampler_s
 
 @pytest.fixture(scope="module")
 def tool():
-    import mbrl_offline.tools.dynamics_error
+    import mbrl_offline.experiments.dynamics_error
 
-    return mbrl_offline.tools.dynamics_error
+    return mbrl_offline.experiments.dynamics_error
 
 
 @pytest.fixture(scope="module")

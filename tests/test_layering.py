@@ -1,5 +1,5 @@
 """The library's layering: no import cycle between its parts, and the command-line layer (`cli`, the
-tools in ``tools/``, ``__main__``) is never imported by the library.
+tools in ``tools/`` and ``experiments/``, ``__main__``) is never imported by the library.
 
 Every import statement counts, module-level or inside a function (a function-local import hides a
 cycle, it does not remove it). A part is a sub-package (``data``, ``models``, ``generators``,
@@ -15,7 +15,7 @@ from pathlib import Path
 import mbrl_offline
 
 PACKAGE = Path(mbrl_offline.__file__).parent
-COMMAND_LINE = {"cli", "tools", "__main__"}  # the parts that may import Hydra and every other part
+COMMAND_LINE = {"cli", "tools", "experiments", "__main__"}  # the parts that may import Hydra and every other part
 
 
 def part_of(module: str) -> str | None:

@@ -1,6 +1,7 @@
-"""NEUBAY's bandit illustration (Ni et al., 2025, Section 3 and Figure 3), as the official code runs it
-(``offline_bandit.py``, ``offline_world/bandit_data.py``, ``offline_world/bandit_ensemble.py``,
-``online_rl/q_modules.py``, ``online_rl/q_losses.py``, ``configs/offline_bandit.yaml``).
+"""The parts of NEUBAY's bandit illustration (Ni et al., 2025, Section 3 and Figure 3), as the official code
+runs it (the twni2016/neubay repository: ``offline_bandit.py``, ``offline_world/bandit_data.py``,
+``offline_world/bandit_ensemble.py``, ``online_rl/q_modules.py``, ``online_rl/q_losses.py``,
+``configs/offline_bandit.yaml``); the command-line tool is `mbrl_offline.experiments.bandit`.
 
 A two-armed Bernoulli bandit is played for ``horizon`` (100) pulls an episode. The offline data are
 ``data_episodes`` (10) episodes of always pulling arm 0, whose payout probability is 0.5: nothing is
@@ -51,7 +52,7 @@ The pieces, each as the official code has it:
 
 Deviations from the official code, each with its reason:
 
-* the sizes: `BanditConfig`'s defaults are CPU sizes chosen so that the example runs in minutes on 2
+* the sizes: `BanditConfig`'s defaults are CPU sizes chosen so that the tool runs in minutes on 2
   cores (width 64/32 instead of 256/128, 5,000 updates instead of 20,000 on 303-row tapes instead of
   1000, learning rates 1e-3/3e-3 instead of 3e-6/1e-4, the target network's tau 0.05 instead of 0.005,
   epsilon annealed over 30 % of the updates instead of 10 %; docs/bandit.md has the runs that chose

@@ -15,8 +15,9 @@ greedily, 20 episodes each, on bandits paying 0.5 on arm 0 and p1 ∈ {0.01, 0.1
 and, in parentheses, the share of pulls of the better arm) and writes a PNG of return per pull against
 updates, one panel per p1, one curve per penalty (``out``; its folder is checked before any work).
 
-Everything is in mbrl_offline/bandit.py, whose docstring gives the official details and the
-deviations; docs/bandit.md has measured results. ``bandit=cpu`` (the default) is sized to run in a few
+The bandit, the reward ensemble, the agent and its training are in
+mbrl_offline/experiments/bandit_parts.py, whose docstring gives the official details and the deviations;
+docs/bandit.md has measured results. ``bandit=cpu`` (the default) is sized to run in a few
 minutes on 2 CPU cores; ``bandit=paper`` has the official sizes; ``bandit.<field>=value`` sets any
 field of BanditConfig.
 
@@ -31,11 +32,10 @@ from mbrl_offline.cli import cli_main, tool_config
 from mbrl_offline.config import CONFIG_DIR
 
 
-
 def check_settings(cfg):
     """The BanditConfig and every top-level setting, each refused in one line (`ConfigError`), before any
     work."""
-    from mbrl_offline.bandit import BanditConfig
+    from mbrl_offline.experiments.bandit_parts import BanditConfig
     from mbrl_offline.config import check_device, check_writable_dir, config_to_dataclass
     from mbrl_offline.errors import ConfigError
 
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> None:
 
     import torch
 
-    from mbrl_offline.bandit import plot_results, results_table, run_bandit
+    from mbrl_offline.experiments.bandit_parts import plot_results, results_table, run_bandit
 
     cfg = tool_config(argv, __doc__, CONFIG_DIR, "bandit")
     config, penalties, device = check_settings(cfg)
