@@ -190,10 +190,38 @@ def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) ->
     torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
+def cosine_decay(step: float, total: float, floor: float = 0.0) -> float:
+    """The library's one cosine learning-rate schedule: the factor of the base rate after ``step`` of
+    ``total`` steps, ``(1 - floor) (1 + cos(pi min(step, total) / total)) / 2 + floor``, from 1 at step 0
+    to ``floor`` at ``total`` and after. With ``floor`` 0 it is torch's ``CosineAnnealingLR`` (``eta_min``
+    0) in closed form; with a ``floor`` it is optax's ``cosine_decay_schedule(alpha=floor)``. Computed
+    from the step, so a resumed run continues it exactly.
+
+    Its users: `anneal_cosine` (the SAC learners' and IQL's actor, per epoch), the diffusion models'
+    ``cosine`` and ``warmup_cosine`` schedules (`mbrl_offline.models.diffusion`, per step) and NEUBAY's
+    per-group schedules (per update, over the fraction of the run done: ``step`` = min(n, N) / N of
+    ``total`` = 1)."""
+    return (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * min(step, total) / total)) + floor
+
+
 def anneal_cosine(optimizer: torch.optim.Optimizer, base_lr: float, epoch: int, total_epochs: int) -> None:
-    """Set every group's learning rate to ``base_lr (1 + cos(pi epoch / total_epochs)) / 2``: torch's
-    ``CosineAnnealingLR`` with ``T_max = total_epochs`` stepped once per epoch, computed from the epoch
-    (so a resumed run continues it exactly)."""
-    lr = base_lr * 0.5 * (1.0 + math.cos(math.pi * epoch / total_epochs))
+    """Set every group's learning rate to ``base_lr (1 + cos(pi epoch / total_epochs)) / 2``
+    (`cosine_decay`): torch's ``CosineAnnealingLR`` with ``T_max = total_epochs`` stepped once per epoch."""
+    lr = base_lr * cosine_decay(epoch, total_epochs)
     for group in optimizer.param_groups:
         group["lr"] = lr
+
+
+@torch.no_grad()
+def clean_and_clip(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
+    """The library's one NaN-safe gradient clipper, for one group of gradients, in place: NaN entries set
+    to 0 (infinities kept, as ``optax.zero_nans``), then all scaled by ``max_norm / norm`` where their global
+    norm is at least ``max_norm`` (``optax.clip_by_global_norm``: no epsilon). Returns the norm before
+    clipping (after the NaNs went), without a device sync. NEUBAY clips each of its parameter groups with
+    it, as does the bandit illustration's agent (`mbrl_offline.experiments.bandit`)."""
+    for grad in grads:
+        torch.nan_to_num_(grad, nan=0.0, posinf=math.inf, neginf=-math.inf)
+    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+    factor = torch.where(norm < max_norm, torch.ones_like(norm), max_norm / norm)
+    torch._foreach_mul_(grads, factor)
+    return norm

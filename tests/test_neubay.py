@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from mbrl_offline.algorithms.neubay import (NEUBAY, NEUBAYConfig, clean_and_clip, cosine_lr, history_inputs,
-                                            loss_weights, tape_inputs)
+from mbrl_offline.algorithms.neubay import NEUBAY, NEUBAYConfig, history_inputs, loss_weights, tape_inputs
 from mbrl_offline.errors import ConfigError, InputError
+from mbrl_offline.utils import clean_and_clip, cosine_decay
 
 S, A = 3, 2
 
@@ -200,10 +200,14 @@ def test_agent_clips_each_parameter_group_on_its_own():
 
 def test_cosine_learning_rates():
     for n, factor in [(0, 1.0), (5, 0.5), (10, 0.0), (15, 0.0), (2, 0.5 * (1 + math.cos(math.pi * 0.2)))]:
-        assert cosine_lr(2.0, 0.0, n, 10) == pytest.approx(2.0 * factor)
-        assert cosine_lr(2.0, 0.25, n, 10) == pytest.approx(2.0 * (0.75 * factor + 0.25))
-        assert cosine_lr(2.0, 1.0, n, 10) == pytest.approx(2.0)
-    assert cosine_lr(2.0, 0.0, 7, None) == 2.0
+        assert cosine_decay(n, 10) == pytest.approx(factor)  # the library's one schedule (mbrl_offline.utils)
+        assert cosine_decay(n, 10, 0.25) == pytest.approx(0.75 * factor + 0.25)
+        assert cosine_decay(n, 10, 1.0) == pytest.approx(1.0)
+    unscheduled = make_agent(encoder_lr=1e-3, actor_encoder_lr=4e-3, actor_head_lr=2e-3)  # no total: constant
+    unscheduled.updates = 7
+    params = [p for g in unscheduled.actor_optim.param_groups for p in g["params"]]
+    unscheduled._step(unscheduled.actor_optim, unscheduled.actor_schedule, sum(p.sum() for p in params))
+    assert [g["lr"] for g in unscheduled.actor_optim.param_groups] == [4e-3, 2e-3]
     agent = make_agent(encoder_lr=1e-3, actor_encoder_lr=4e-3, actor_head_lr=2e-3, critic_head_lr=3e-3)
     agent.set_total_updates(10)
     for n, factor in [(0, 1.0), (5, 0.5), (10, 0.0), (15, 0.0)]:

@@ -38,3 +38,42 @@ def test_keep_freed_memory_reuses_freed_blocks_without_page_faults(mib):
     # heap). 48 MiB blocks are above glibc's largest mmap threshold (32 MiB): each is a fresh mapping,
     # 36,867 faults per iteration unless mmap is off. Kept, both are always reused.
     assert faults_per_iteration(mib << 18) < 10
+
+
+def test_the_one_cosine_schedule_gives_the_rates_of_the_three_it_replaced_exactly():
+    """`cosine_decay` took the place of three schedules (the SAC learners' and IQL's per-epoch actor
+    schedule, the diffusion models' cosine and warmup-cosine, NEUBAY's per-group optax schedule); each
+    caller's rate is the same float as before, bit for bit, so seeded runs are unchanged."""
+    import math
+
+    from mbrl_offline.utils import cosine_decay
+
+    for total in (1, 7, 20, 40, 3000, 5000):
+        for step in range(total + 1):
+            # SAC/IQL (utils.anneal_cosine) and the diffusion models' "cosine"
+            assert 3e-4 * cosine_decay(step, total) == 3e-4 * 0.5 * (1.0 + math.cos(math.pi * step / total))
+            assert cosine_decay(step, total) == 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
+            # NEUBAY: over the fraction of the run done
+            for ratio in (0.0, 0.1, 1.0):
+                progress = min(step, total) / total
+                assert 3e-4 * cosine_decay(progress, 1.0, ratio) == \
+                    3e-4 * ((1.0 - ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)) + ratio)
+        warmup = max(1, int(0.1 * total))
+        for step in range(warmup, total + 1):  # the diffusion models' "warmup_cosine" after the warmup
+            assert cosine_decay(min(step - warmup, total - warmup), max(1, total - warmup)) == \
+                0.5 * (1 + math.cos(math.pi * min(step - warmup, total - warmup) / max(1, total - warmup)))
+
+
+def test_the_nan_safe_clipper_zeroes_nans_keeps_infinities_and_clips_the_group_norm():
+    import torch
+
+    from mbrl_offline.utils import clean_and_clip
+
+    grads = [torch.full((4,), 1000.0), torch.tensor([float("nan"), 0.0])]  # norm 2000 once the NaN is 0
+    assert clean_and_clip(grads, 1000.0).item() == 2000.0
+    assert grads[1][0] == 0 and torch.linalg.vector_norm(torch.cat(grads)).item() == 1000.0
+    small = [torch.tensor([3.0, 4.0])]
+    assert clean_and_clip(small, 1000.0).item() == 5.0 and small[0].tolist() == [3.0, 4.0]
+    infinite = [torch.tensor([float("inf"), 1.0])]
+    clean_and_clip(infinite, 10.0)
+    assert torch.isnan(infinite[0][0])  # the NaN step keeps inf; the clip's factor 10/inf = 0 makes it NaN

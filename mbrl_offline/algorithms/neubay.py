@@ -70,7 +70,7 @@ from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.networks import tanh_gaussian_draw, tanh_gaussian_log_prob, tanh_gaussian_log_prob_of
 from mbrl_offline.models.recurrent import ENCODERS, Block, EnsembleHeads, RecurrentEncoder
 from mbrl_offline.policies import agent_for_dataset, checked_observations, history_inputs
-from mbrl_offline.utils import soft_update
+from mbrl_offline.utils import clean_and_clip, cosine_decay, soft_update
 from mbrl_offline.registry import register_agent
 
 
@@ -153,29 +153,6 @@ def masked_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """``sum(values * mask) / max(1, sum(mask))`` (a metric over a group of rows that may be empty)."""
     mask = mask.float()
     return (values * mask).sum() / mask.sum().clamp_min(1.0)
-
-
-def cosine_lr(base_lr: float, ratio: float, updates: int, total: Optional[int]) -> float:
-    """optax's ``cosine_decay_schedule(base_lr, total, alpha=ratio)`` after ``updates`` optimiser steps:
-    ``base_lr ((1 - ratio) (1 + cos(pi min(n, N) / N)) / 2 + ratio)``; ``base_lr`` when ``total`` is None."""
-    if total is None:
-        return base_lr
-    progress = min(updates, total) / total
-    return base_lr * ((1.0 - ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)) + ratio)
-
-
-@torch.no_grad()
-def clean_and_clip(grads: list[torch.Tensor], max_norm: float) -> torch.Tensor:
-    """One parameter group's gradients, in place: NaN entries set to 0 (infinities kept, as
-    ``optax.zero_nans``), then scaled by ``max_norm / norm`` where their global norm is at least
-    ``max_norm`` (``optax.clip_by_global_norm``, no epsilon). Returns the norm before clipping (after
-    the NaNs went), without a device sync."""
-    for grad in grads:
-        torch.nan_to_num_(grad, nan=0.0, posinf=math.inf, neginf=-math.inf)
-    norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
-    factor = torch.where(norm < max_norm, torch.ones_like(norm), max_norm / norm)
-    torch._foreach_mul_(grads, factor)
-    return norm
 
 
 class RecurrentActor(nn.Module):
@@ -431,7 +408,11 @@ class NEUBAY:
             norms.append(clean_and_clip(group_grads, self.config.grad_clip))
             for p, g in zip(group["params"], group_grads):
                 p.grad = g
-            group["lr"] = cosine_lr(base_lr, ratio, self.updates, self.total_updates)
+            if self.total_updates is not None:  # optax's cosine_decay_schedule(base_lr, N, alpha=ratio)
+                progress = min(self.updates, self.total_updates) / self.total_updates
+                group["lr"] = base_lr * cosine_decay(progress, 1.0, ratio)
+            else:
+                group["lr"] = base_lr
         optimizer.step()
         return norms
 

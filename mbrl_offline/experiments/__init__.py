@@ -8,7 +8,7 @@ Each is a command-line tool (`mbrl_offline.cli.TOOLS`) whose module docstring is
 * `mbrl_offline.experiments.edge_of_reach` (``mbrl-edge-of-reach``): MOPO and RAVL trained with learned and
   with true dynamics.
 
-They use the library's parts (datasets, models, generators, agents, trainer); the library never imports
-them. Each imports torch only inside its
+They use the library's parts (datasets, models, generators, agents, trainer, the NaN-safe gradient clipper
+`mbrl_offline.utils.clean_and_clip`); the library never imports them. Each imports torch only inside its
 ``main``, after the platform settings are applied (`mbrl_offline.cli.cli_main`).
 """

@@ -44,7 +44,8 @@ The pieces, each as the official code has it:
   each episode's final row (after the last pull) is an input only, as the official collector's dummy
   row; the target network is the online one at init, Polyak tau 0.005;
 * optimisers: the encoder and the head are two parameter groups, each with NaN gradients zeroed and
-  its own gradient norm clipped to ``grad_clip`` (1.0), Adam without weight decay (eps 1e-8) at a
+  its own gradient norm clipped to ``grad_clip`` (1.0) (the library's `mbrl_offline.utils.clean_and_clip`,
+  as NEUBAY's agent), Adam without weight decay (eps 1e-8) at a
   constant rate (encoder 3e-6, head 1e-4); ``utd`` 0.02 updates per collected transition, i.e. 200
   updates after each collection of 100 x 100 pulls, ``updates`` (20,000) in all;
 * evaluation (``BanditEvaluator``): greedy, ``eval_episodes`` (20) episodes per p1, the mean reward
@@ -89,7 +90,7 @@ from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
 from mbrl_offline.models.recurrent import Block, RecurrentEncoder
-from mbrl_offline.utils import progress_bar
+from mbrl_offline.utils import clean_and_clip, progress_bar
 
 EVAL_PROBS = (0.01, 0.15, 0.3, 0.45, 0.55, 0.7, 0.85, 0.99)
 ARMS = 2
@@ -396,7 +397,8 @@ class RecurrentDQN:
         loss, info = self.loss(tape)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        norms = [clip_group(group, self.config.grad_clip) for group in self.groups]
+        norms = [clean_and_clip([p.grad for p in group if p.grad is not None], self.config.grad_clip)
+                 for group in self.groups]
         self.optimizer.step()
         with torch.no_grad():
             online, target = list(self.q.parameters()), list(self.target.parameters())
@@ -415,18 +417,6 @@ class RecurrentDQN:
             random_actions = torch.randint(0, ARMS, actions.shape, generator=generator, device=actions.device)
             actions = torch.where(explore, random_actions, actions)
         return actions, state
-
-
-def clip_group(params: list[nn.Parameter], max_norm: float) -> torch.Tensor:
-    """Zero NaN gradients, then scale the group's gradients to norm at most ``max_norm`` (optax's
-    ``zero_nans`` and ``clip_by_global_norm``: factor max_norm / norm, no epsilon). Returns the norm
-    before clipping."""
-    grads = [p.grad for p in params if p.grad is not None]
-    for g in grads:
-        torch.nan_to_num_(g, nan=0.0, posinf=float("inf"), neginf=float("-inf"))
-    norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-    torch._foreach_mul_(grads, torch.clamp(max_norm / norm, max=1.0))
-    return norm
 
 
 # --------------------------------------------------------------------------------------- rollouts and tapes

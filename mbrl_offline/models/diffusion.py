@@ -66,7 +66,7 @@ from mbrl_offline.config import (check_field_types,
 from mbrl_offline.errors import CheckpointError, ConfigError, InputError, NotFittedError
 from mbrl_offline.models.unet import TemporalUNet
 from mbrl_offline.torch_files import load_plain, save_plain
-from mbrl_offline.utils import progress_bar
+from mbrl_offline.utils import cosine_decay, progress_bar
 
 EULER_FROM = ("churned", "unchurned")
 SCHEDULES = ("cosine", "warmup_cosine", "constant")
@@ -455,13 +455,13 @@ def _lr_factor(config: DiffusionTrainConfig) -> Callable[[int], float]:
     if config.schedule == "constant":
         return lambda step: 1.0
     if config.schedule == "cosine":  # torch's CosineAnnealingLR(T_max=steps, eta_min=0), in closed form
-        return lambda step: 0.5 * (1 + math.cos(math.pi * min(step, total) / total))
+        return lambda step: cosine_decay(step, total)
     warmup = max(1, int(config.warmup_fraction * total))
 
     def warmup_cosine(step: int) -> float:  # optax.warmup_cosine_decay_schedule(0.1 lr, lr, warmup, total)
         if step < warmup:
             return 0.1 + 0.9 * step / warmup
-        return 0.5 * (1 + math.cos(math.pi * min(step - warmup, total - warmup) / max(1, total - warmup)))
+        return cosine_decay(min(step - warmup, total - warmup), max(1, total - warmup))
     return warmup_cosine
 
 
