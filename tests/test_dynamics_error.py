@@ -113,8 +113,8 @@ def _tiny_pgd(tool):
 
     default = PGDGeneratorConfig()
     return dataclasses.replace(default, unet=UNetConfig(base=16), edm=dataclasses.replace(default.edm, steps=4),
-                               train=dataclasses.replace(default.train, steps=40), length=9, trajectories=6,
-                               sample_batch=6)
+                               train=dataclasses.replace(default.train, steps=40), train_epochs=None, length=9,
+                               trajectories=6, sample_batch=6)
 
 
 @pytest.mark.parametrize("argv, message", [

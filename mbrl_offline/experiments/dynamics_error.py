@@ -27,7 +27,8 @@ The target policy is a checkpoint's (``checkpoint=``, any agent with a log-proba
 agent trained here on the data for ``policy_updates`` updates (alpha 10, 2×128 networks, γ 0.95: the
 settings of the library's pendulum learning test). The models' sizes (``unet_base``,
 ``diffusion_steps``, ``sampler_steps``, ``dynamics_hidden``) default to small CPU sizes; at the
-defaults the PGD model is ``generator=pgd``'s, so training runs and this tool share the cached model.
+defaults the PGD model is ``generator=pgd budget=quick``'s (``diffusion_steps`` training steps, not the
+paper's epochs), so training runs and this tool share the cached model.
 
 Deviations from the paper's experiment (Jackson et al. 2024, whose protocol and numbers are not
 public: only the abstract's claim of "a lower dynamics error than an offline world model baseline"
@@ -283,10 +284,10 @@ def main(argv: list[str]) -> None:
     print(f"{dataset.source}: {len(dataset)} transitions; {cfg.starts} start states, {cfg.length} steps", flush=True)
 
     policy, what = target_policy(cfg, dataset, env, device)
-    default = PGDGeneratorConfig()  # generator=pgd's, with this tool's sizes
+    default = PGDGeneratorConfig()  # generator=pgd's, with this tool's sizes (train_epochs None: the steps count)
     pgd = dataclasses.replace(
         default, unet=UNetConfig(base=cfg.unet_base), edm=dataclasses.replace(default.edm, steps=cfg.sampler_steps),
-        train=dataclasses.replace(default.train, steps=cfg.diffusion_steps), length=cfg.length + 1,
+        train=dataclasses.replace(default.train, steps=cfg.diffusion_steps), train_epochs=None, length=cfg.length + 1,
         trajectories=cfg.starts, sample_batch=min(cfg.starts, 256), guidance=PGDGuidanceConfig(scale=cfg.scale))
     generator = PGDGenerator.for_dataset(pgd, dataset, device)
     require_log_prob(policy, generator.rows, "the target policy's log-likelihood")
