@@ -92,10 +92,11 @@ def test_train_then_evaluate(tmp_path, device):
      "generator.rollout.horizon.); 'algo.rollout.rollouts_per_epoch' (The generator's settings are under generator.*: "
      "write generator.rollout.rollouts_per_epoch.)."),
     ("budget=quick generator=rollouts generator.kind=synther trainer.epoch=5",
-     "error: 5 unknown settings: 'trainer.epoch' (Did you mean 'trainer.epochs'?); 'generator.samples'; "),  # one of the user's, four of the budget's synther settings
+     "error: 7 unknown settings: 'trainer.epoch' (Did you mean 'trainer.epochs'?); 'generator.samples'; "),  # one of the user's, six of the budget's synther settings
     ("budget=quick generator=rollouts generator.kind=synther",
-     "error: 4 unknown settings: 'generator.samples'; 'generator.edm.steps'; 'generator.train.steps'; "
-     "'generator.train.ema_every'. generator.samples, generator.edm.steps, generator.train.steps, "
+     "error: 6 unknown settings: 'generator.samples'; 'generator.sample_batch'; 'generator.denoiser.width'; "
+     "'generator.edm.steps'; 'generator.train.steps'; 'generator.train.ema_every'. generator.samples, "
+     "generator.sample_batch, generator.denoiser.width, generator.edm.steps, generator.train.steps, "
      "generator.train.ema_every are set by budget quick for runs with generator.kind=synther, but this run's config "
      "does not have them: choose the generator with generator=synther, not generator.kind=synther."),
     ("=5", "error: override '=5' names no setting; write setting=value, e.g. seed=5."),

@@ -15,7 +15,7 @@ dataset's mean and std (+ 1e-3), in CORL's order:
 Every mean over the batch's rows in the three losses becomes ``sum_b w_b (.)`` for a batch with
 per-row loss weights ``weights`` (the ``weights`` mixing rule).
 
-Defaults are CORL's for every locomotion dataset except three (presets ``configs/preset/iql-*.yaml``:
+Defaults are CORL's for every locomotion dataset except three (presets ``mbrl_offline/configs/preset/iql-*.yaml``:
 hopper-medium and hopper-medium-replay take a deterministic actor, reward normalisation and
 tau = 0.001; hopper-medium-expert beta 6 and tau_e 0.5): tau_e 0.7, beta 3.0, gamma 0.99, tau 5e-3,
 Adam at 3e-4 for V, critics and actor, batch 256, networks of 2 x 256 ReLU; the Gaussian actor has a

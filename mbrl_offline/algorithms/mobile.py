@@ -18,7 +18,7 @@ Defaults: OfflineRL-Kit's ``run_mobile.py`` and the official ``configs/gym/defau
 lr 1e-4, gamma 0.99, tau 5e-3; rollouts of h = 1 from 50,000 states per epoch, 5 epochs retained, 5%
 real data; beta = 1.5; OfflineRL-Kit's dynamics recipe (``dynamics_recipe("offlinerlkit")``, see
 `mbrl_offline.algorithms.mopo`) with ``run_mobile.py``'s cap of 30 training epochs. The per-dataset
-(h, beta) are configs: ``configs/preset/mobile-*.yaml`` (``generator.rollout.horizon``, ``algo.penalty_coef``). ``benchmarks/vs_offlinerlkit.py --algo
+(h, beta) are configs: ``mbrl_offline/configs/preset/mobile-*.yaml`` (``generator.rollout.horizon``, ``algo.penalty_coef``). ``benchmarks/vs_offlinerlkit.py --algo
 mobile`` runs OfflineRL-Kit's ``MOBILEPolicy`` beside this class (docs/parity.md).
 
 Differences from the official code, none of which changes the losses' expectations: the update order
@@ -86,7 +86,7 @@ class MOBILE(SAC):
     @classmethod
     def published_generator(cls) -> RolloutGeneratorConfig:
         """OfflineRL-Kit's: per generation (every 1000 updates) 50k rollouts of h = 1 step (tuned per
-        dataset: configs/preset/mobile-*.yaml), no reward penalty at generation, 5 generations kept,
+        dataset: mbrl_offline/configs/preset/mobile-*.yaml), no reward penalty at generation, 5 generations kept,
         5% real rows per batch; OfflineRL-Kit's dynamics recipe with run_mobile.py's cap of 30 epochs."""
         return mbpo_rollouts(RolloutConfig(horizon=1), dynamics_recipe("offlinerlkit", max_epochs=30), real_ratio=0.05)
 

@@ -20,7 +20,7 @@ data) and OfflineRL-Kit's dynamics recipe (``dynamics_recipe("offlinerlkit")`` i
 values, one bootstrap resample per member, holdout min(20%, 1000) rows, no input clipping, plain early
 stopping). lambda was tuned on that model: the penalty is the largest predicted std, which the
 learned bounds cap, so a model whose bounds settle elsewhere changes what a given lambda means. The
-per-dataset (h, lambda) are configs: ``configs/preset/mopo-*.yaml`` (``generator.rollout.horizon``,
+per-dataset (h, lambda) are configs: ``mbrl_offline/configs/preset/mopo-*.yaml`` (``generator.rollout.horizon``,
 ``generator.rollout.penalty_coef``). The paper's official values
 are for D4RL v0 (the MOPO repository's per-dataset configs); OfflineRL-Kit's for v2 differ (the
 docstring of its ``run_example/run_mopo.py``, e.g. halfcheetah-medium h = 5, lambda = 0.5 against v0's
@@ -63,7 +63,7 @@ class MOPO(SAC):
     def published_generator(cls) -> RolloutGeneratorConfig:
         """OfflineRL-Kit's: per generation (every 1000 updates) 50k rollouts of h = 5 steps, rewards
         penalised by lambda = 0.5 times MOPO's max aleatoric std over all members (h and lambda tuned
-        per dataset: configs/preset/mopo-*.yaml), 5 generations kept, 5% real rows per batch;
+        per dataset: mbrl_offline/configs/preset/mopo-*.yaml), 5 generations kept, 5% real rows per batch;
         OfflineRL-Kit's dynamics recipe."""
         return mbpo_rollouts(RolloutConfig(horizon=5, penalty="aleatoric", penalty_coef=0.5),
                              dynamics_recipe("offlinerlkit"), real_ratio=0.05)

@@ -61,7 +61,7 @@ one thread of a shared 2-core machine (two runs, other jobs running).
 The official λ (``policy_guidance_coeff``) is not public: its default 0 is unguided, and the paper's
 values are only in its W&B report. ``guidance.scale`` defaults to 0 here too, so ``generator=pgd``
 alone is unguided trajectory diffusion; set it (``generator.guidance.scale=...``) or sweep it
-(``configs/sweep/pgd.yaml``).
+(``mbrl_offline/configs/sweep/pgd.yaml``).
 """
 from __future__ import annotations
 
@@ -111,7 +111,7 @@ class PGDGuidanceConfig:
     """Policy guidance of the sampler (``generator.guidance.*``), as the official ``sample_trajectory``."""
 
     # lambda (official policy_guidance_coeff). The official default is 0, i.e. unguided, and the paper's
-    # values are not public (only in its W&B report): 0 here too; set it or sweep it (configs/sweep/pgd.yaml).
+    # values are not public (only in its W&B report): 0 here too; set it or sweep it (mbrl_offline/configs/sweep/pgd.yaml).
     scale: float = 0.0
     cosine_coeff: float = 0.3  # lambda_k = scale [(1 - k/N) + cosine_coeff sin(pi (k+1)/N)] (official 0.3)
     normalize: bool = False  # divide the gradient by its norm over one trajectory's actions (official: off)
