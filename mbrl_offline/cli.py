@@ -224,9 +224,7 @@ def setting_docs() -> dict[str, str]:
     """`SETTING_DOCS` with the ``algo`` and ``generator`` sections, each naming the config dataclass of
     every registered algorithm and generator kind and the module that holds it (so that a new one
     appears in every tool's ``--help`` without an edit here)."""
-    import mbrl_offline.algorithms  # noqa: F401  (importing registers the library's families)
-    import mbrl_offline.generators  # noqa: F401
-    from mbrl_offline import registry
+    from mbrl_offline.config_files import registered_families
 
     def where(cls) -> str:  # the class's file, from the package's folder on (a plugin's: its module)
         path = Path(sys.modules[cls.__module__].__file__).resolve()
@@ -240,9 +238,10 @@ def setting_docs() -> dict[str, str]:
         return ", ".join(f"generator.{f.name}{'.*' if dataclasses.is_dataclass(getattr(defaults, f.name)) else ''}"
                          for f in dataclasses.fields(cls) if f.name != "kind")
 
-    algos = "; ".join(f"algo={name}: {where(config)}" for name, (_, config) in registry.agents().items())
+    agents, generators = registered_families()
+    algos = "; ".join(f"algo={name}: {where(config)}" for name, (_, config) in agents.items())
     kinds = "; ".join(f"generator={kind}: {where(config)} ({fields(config) or 'no settings'})"
-                      for kind, (config, _) in registry.generators().items())
+                      for kind, (config, _) in generators.items())
     return {**SETTING_DOCS,
             "algo": f"the fields of the algorithm's config dataclass ({algos})",
             "generator": f"the fields of the generator kind's config dataclass ({kinds}); generator=<algo> starts "
@@ -398,11 +397,10 @@ def group_options(config_dir, group: str) -> list[str]:
     ``generator`` every registered family (`mbrl_offline.config_files.register_config_defaults`)."""
     options = {p.stem for p in (Path(config_dir) / group).glob("*.yaml")}
     if group in ("algo", "generator"):
-        import mbrl_offline.algorithms  # noqa: F401  (importing registers the library's families)
-        import mbrl_offline.generators  # noqa: F401
-        from mbrl_offline import registry
+        from mbrl_offline.config_files import registered_families
 
-        options |= set(registry.agents()) | (set(registry.generators()) if group == "generator" else set())
+        agents, generators = registered_families()
+        options |= set(agents) | (set(generators) if group == "generator" else set())
     return sorted(options)
 
 

@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import torch
 
 from mbrl_offline.algorithms import ALGORITHMS, get_algorithm
-from mbrl_offline.config import check_device, config_argument
+from mbrl_offline.config import CONFIG_DIR, check_device, config_argument
 from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.errors import InputTypeError, type_name
 from mbrl_offline.generators import GENERATORS, build_generator
@@ -34,7 +34,6 @@ def run_configs(algo: str, budget: str = "paper", generator: Optional[str] = Non
     (a kind such as ``synther``, or an algorithm's name for its published generator; None: ``algo``'s own).
     ``overrides``: more ``key=value`` settings, as on the command line (``trainer.epochs=5``)."""
     from mbrl_offline.config_files import compose, train_sections
-    from mbrl_offline.config import CONFIG_DIR
 
     choices = [f"algo={algo}", f"budget={budget}"]
     choices += [f"generator={generator}"] if generator is not None else []
@@ -46,8 +45,6 @@ def run_configs(algo: str, budget: str = "paper", generator: Optional[str] = Non
 
 def env_choice(dataset) -> Optional[str]:
     """The ``env=`` choice of ``dataset``'s env, where the config files have one (None: the default)."""
-    from mbrl_offline.config import CONFIG_DIR
-
     name = getattr(dataset, "env_name", None)
     return name if name and (Path(CONFIG_DIR) / "env" / f"{name}.yaml").is_file() else None
 

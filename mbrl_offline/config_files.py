@@ -27,6 +27,17 @@ from mbrl_offline.config import (config_path_shown, config_to_dataclass, config_
 from mbrl_offline.errors import ConfigError
 
 
+def registered_families() -> tuple[dict, dict]:
+    """``(agents, generators)``: `mbrl_offline.registry.agents` and ``generators`` with the library's own
+    families registered (importing their packages registers them; the registry cannot import them, as
+    they import it) and the plugins loaded."""
+    import mbrl_offline.algorithms  # noqa: F401
+    import mbrl_offline.generators  # noqa: F401
+    from mbrl_offline import registry
+
+    return registry.agents(), registry.generators()
+
+
 def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
     """Put every config dataclass's defaults in Hydra's config store, so that the YAML files extend them
     (``trainer: defaults``, ``algo/ravl.yaml`` -> ``ravl_defaults``, ``generator/ravl.yaml`` -> RAVL's published
@@ -37,9 +48,6 @@ def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
     each from the registry wherever ``config_dir`` has no YAML file of that name."""
     from hydra.core.config_store import ConfigStore
 
-    import mbrl_offline.algorithms  # noqa: F401  (importing registers the library's families)
-    import mbrl_offline.generators  # noqa: F401
-    from mbrl_offline import registry
     from mbrl_offline.trainer import TrainerConfig
     from mbrl_offline.tune import SweepConfig
 
@@ -49,10 +57,11 @@ def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
     store.store(group="trainer", name="defaults", node=config_to_dict(TrainerConfig()))
     store.store(group="sweep", name="sweep_defaults", node=config_to_dict(SweepConfig()))
     nodes = []  # (group, name, settings)
-    for name, (agent_cls, config_cls) in registry.agents().items():
+    agents, generators = registered_families()
+    for name, (agent_cls, config_cls) in agents.items():
         nodes.append(("algo", name, {**config_to_dict(config_cls()), "name": name}))
         nodes.append(("generator", name, config_to_dict(agent_cls.published_generator())))
-    for kind, (config_cls, _) in registry.generators().items():
+    for kind, (config_cls, _) in generators.items():
         nodes.append(("generator", kind, config_to_dict(config_cls())))
     for group, name, node in nodes:
         store.store(group=group, name=f"{name}_defaults", node=node)

@@ -15,9 +15,7 @@ import re
 import sys
 from pathlib import Path
 
-import mbrl_offline.algorithms  # noqa: F401  (importing registers the library's families)
-import mbrl_offline.generators  # noqa: F401
-from mbrl_offline import registry
+from mbrl_offline.config_files import registered_families
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository (README.md, docs/)
 PATTERN = re.compile(r"(<!-- generated: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /generated -->)", re.S)
@@ -27,7 +25,7 @@ def agents_table() -> str:
     """One row per registered agent: its name, what it is, where its defaults come from, what it
     learns from and the generator it was published with."""
     rows = ["| `algo=` | what it is | defaults from | learns from | published generator |", "|---|---|---|---|---|"]
-    for name, (agent_cls, _) in registry.agents().items():
+    for name, (agent_cls, _) in registered_families()[0].items():
         kind = agent_cls.published_generator().kind
         generator = "none (the dataset alone)" if kind == "none" else f"`{kind}`"
         rows.append(f"| `{name}` | {agent_cls.summary} | {agent_cls.defaults_from} | {agent_cls.consumes} | {generator} |")
@@ -36,12 +34,13 @@ def agents_table() -> str:
 
 def generators_table() -> str:
     """One row per way to choose a generator: unset, none, each algorithm's published one, each kind."""
-    agents = ", ".join(f"`{name}`" for name in registry.agents())
+    agents, generators = registered_families()
+    names = ", ".join(f"`{name}`" for name in agents)
     rows = ["| `generator=` | what it gives | produces |", "|---|---|---|",
             "| (not set) | the generator the algorithm was published with | |",
             "| `none` | no synthetic data: every batch is real | |",
-            f"| {agents} | that algorithm's published generator, for another agent | |"]
-    for kind, (_, generator_cls) in registry.generators().items():
+            f"| {names} | that algorithm's published generator, for another agent | |"]
+    for kind, (_, generator_cls) in generators.items():
         if generator_cls is not None:
             rows.append(f"| `{kind}` | {generator_cls.summary} | {generator_cls.produces} |")
     return "\n".join(rows) + "\n"
@@ -49,8 +48,9 @@ def generators_table() -> str:
 
 def registry_lists() -> str:
     """The registries' names, for the architecture page."""
-    return (f"- `ALGORITHMS` (`algo=`): {', '.join(f'`{n}`' for n in registry.agents())}\n"
-            f"- `GENERATORS` (`generator=`): {', '.join(f'`{k}`' for k in registry.generators())}\n")
+    agents, generators = registered_families()
+    return (f"- `ALGORITHMS` (`algo=`): {', '.join(f'`{n}`' for n in agents)}\n"
+            f"- `GENERATORS` (`generator=`): {', '.join(f'`{k}`' for k in generators)}\n")
 
 
 TABLES = {"agents": agents_table, "generators": generators_table, "registries": registry_lists}

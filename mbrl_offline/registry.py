@@ -1,7 +1,7 @@
 """The registries of agents and generators, the one list of the library's families.
 
 Every list of names in the library comes from here: the command line's config groups (``algo=<name>``,
-``generator=<kind>``) and its help, the docs' tables (``python -m mbrl_offline.docs``), the tests'
+``generator=<kind>``) and its help, the docs' tables (``python -m mbrl_offline.doc_tables``), the tests'
 parametrisation, and ``build_run``'s lookups.
 
 A family registers itself where it is defined, with a decorator on its class::

@@ -132,7 +132,7 @@ class Trainer:
         self.device = torch.device(agent.device)
         self.run_dir = Path(config.run_dir)
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
-        self._model_fingerprint: Optional[str] = None  # the generator model's (`_generator_state`), once
+        self._model_fingerprint: Optional[str] = None  # the generator model's (`_generator_model`), once
         self.consumes = agent.consumes
         self.real = TransitionBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
         self.real.add_dataset(dataset)  # every real row, which generators start from
@@ -351,9 +351,14 @@ class Trainer:
         the cache or ``dynamics_path``, and never change during a run)."""
         if self.generator is None:
             return None
+        return {"state": self.generator.state_dict(), "model": self._generator_model()}
+
+    def _generator_model(self) -> Optional[str]:
+        """The fingerprint of the generator's model (None without one), computed once: it never changes
+        during a run."""
         if self._model_fingerprint is None and self.generator.model is not None:
             self._model_fingerprint = model_fingerprint(self.generator.model.state_dict())
-        return {"state": self.generator.state_dict(), "model": self._model_fingerprint}
+        return self._model_fingerprint
 
     def load_checkpoint(self, path: str | Path) -> None:
         state = read_checkpoint(path)
@@ -380,7 +385,7 @@ class Trainer:
         self.agent.load_state_dict(state["agent"])
         if self.generator is not None:
             saved = state["generator"]
-            if saved["model"] != self._generator_state()["model"]:
+            if saved["model"] != self._generator_model():
                 raise CheckpointError(f"{path} was trained with another {self.generator.config.kind} model (its weights "
                                       f"differ from the cached or given one); resume with the model it used "
                                       f"(dynamics_path=), or choose another run_dir.")

@@ -249,7 +249,7 @@ class PosteriorRollouts:
         self.refresh_thresholds()
 
     def refresh_thresholds(self) -> None:
-        """Ū and Ū_mean from the model's data uncertainties (again after loading a model state)."""
+        """Ū and Ū_mean from the model's data uncertainties."""
         cfg = self.config
         self.threshold = float(self.dynamics.uncertainty_threshold(cfg.quantile)) if cfg.quantile >= 0 else math.inf
         self.penalty_scale = 0.0
@@ -259,13 +259,6 @@ class PosteriorRollouts:
     @property
     def max_rollout_len(self) -> int:
         return self.config.max_rollout_len if self.config.max_rollout_len > 0 else self.histories.horizon
-
-    def state_dict(self) -> dict:
-        return {"dynamics": self.dynamics.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.dynamics.load_state_dict(state["dynamics"])
-        self.refresh_thresholds()
 
     def _sampler(self, policy: Policy):
         """``act(observations, state, starts) -> (actions, state)`` for ``policy`` and the config."""

@@ -113,12 +113,6 @@ class BranchedRollouts:
     def extra_fields(self) -> dict:
         return self.config.extra_fields
 
-    def state_dict(self) -> dict:
-        return {"dynamics": self.dynamics.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        self.dynamics.load_state_dict(state["dynamics"])
-
     def generate(self, policy: Policy, real: dict[str, torch.Tensor], generator: Optional[torch.Generator] = None
                  ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         """`rollout` from ``rollouts_per_epoch`` start states drawn from the real data's observations."""
