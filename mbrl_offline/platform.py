@@ -6,7 +6,7 @@ with ``keep_freed_memory=true``), and so do the benchmarks; ``import mbrl_offlin
 **MKL's AVX-512 code on AMD CPUs** (on in the tools and benchmarks; ``MBRL_OFFLINE_MKL_AVX512=0`` turns
 it off). PyTorch's x86 wheels do their fp32 matmuls with Intel's MKL. MKL picks its code by CPU vendor:
 on an AMD CPU it runs AVX2 code even where the CPU has AVX-512 (AMD's Zen 4 and Zen 5), so torch's
-products run at about half the speed the CPU has, while the oneDNN library bundled in the same torch
+products run slower than the CPU allows, while the oneDNN library bundled in the same torch
 wheel, and XLA on the JAX side of a comparison, run AVX-512 code on the same CPU.
 MKL asks one function, ``mkl_serv_intel_cpu_true``, whether the CPU is Intel's. A shared library
 loaded into the process before torch that defines a function of that name returning 1 is found
@@ -221,20 +221,18 @@ def keep_freed_memory() -> bool:
     whether it could (only on Linux with glibc). Process-wide; call it once at the start of CPU training.
 
     Why: torch on CPU allocates each activation and gradient afresh, and a block whose memory came
-    fresh from the OS faults its pages in on first touch (about a microsecond per 4 KiB page).
-    glibc gives memory back in two ways, and this turns both off:
+    fresh from the OS faults its pages in on first touch, page by page.
+    glibc gives memory back in two ways, and this turns both off (docs/performance.md measures both):
 
     * it gives the top of its heap back to the OS whenever more than twice its (adaptive) threshold
-      is free there, so the next update's tensors fault their pages in again. A RAVL update (10
-      critics of 3x256, batch 256) took 1,900 page faults and 4.6 ms of system time; with the heap
-      kept (trim threshold 1 GiB) 0.06 faults, and 49.2 instead of 52.4 ms per update on this
-      project's 2-core CPU;
+      is free there, so the next update's tensors fault their pages in again (a RAVL update, 10
+      critics of 3x256 at batch 256, did at every update); with the heap kept (trim threshold 1 GiB)
+      they reuse its memory;
     * it serves every block above its mmap threshold (at most 32 MiB) with a fresh ``mmap``,
       returned to the OS when freed. Rollouts (50,000 starts: 51 MB activations) and dynamics
-      training's evaluation passes allocate many such blocks: 582,000 faults and 1.0 s of system time
-      per rollout call of ``benchmarks/throughput.py``. Here every block comes from the heap
-      (``M_MMAP_MAX`` 0), and a freed one is reused: 14,000 faults, and 1.56x the transitions/s
-      (docs/performance.md).
+      training's evaluation passes allocate many such blocks, and their page faults were a large
+      share of a rollout call's time. Here every block comes from the heap (``M_MMAP_MAX`` 0), and a
+      freed one is reused.
 
     The cost: the process keeps its peak heap (up to 1 GiB of free memory) instead of returning it.
     This is what the environment variables MALLOC_MMAP_MAX_ and MALLOC_TRIM_THRESHOLD_ set at
@@ -251,7 +249,7 @@ def keep_freed_memory() -> bool:
         return False
     m_trim_threshold, m_mmap_threshold, m_mmap_max = -1, -3, -4  # from glibc's malloc.h
     # The threshold too: setting the trim threshold alone turns off the adaptive mmap threshold and
-    # leaves it at its default (128 KiB), which made every large block a fresh mmap (24,000 faults per
-    # update) where mmap is allowed.
+    # leaves it at its default (128 KiB), which made every large block a fresh mmap (and its pages
+    # fresh faults at every update) where mmap is allowed.
     return (bool(mallopt(m_mmap_threshold, 32 << 20)) and bool(mallopt(m_trim_threshold, 1 << 30))
             and bool(mallopt(m_mmap_max, 0)))

@@ -148,10 +148,10 @@ class SAC(FeedForwardAgent):
     published generator (`published_generator`), which configuration may replace.
 
     On a GPU, an update at the paper's sizes is a few hundred small kernels whose launches, not the
-    GPU's arithmetic, set the pace (on an H100: 1.4 ms of GPU work in 10 ms per update). With
-    ``cuda_graph`` (the default; it does nothing on a CPU) the first three updates run as usual, the
-    fourth is recorded as one CUDA graph, and every update after that copies its batch in and replays
-    it (`mbrl_offline.utils.CUDAGraphed`): the same kernels, so the same arithmetic, in one launch.
+    GPU's arithmetic, set the pace (docs/gpu.md). With ``cuda_graph`` (the default; it does nothing on
+    a CPU) the first three updates run as usual, the fourth is recorded as one CUDA graph, and every
+    update after that copies its batch in and replays it (`mbrl_offline.utils.CUDAGraphed`): the same
+    kernels, so the same arithmetic, in one launch.
     For that the optimisers are capturable (their step counts live on the GPU) and nothing in the
     update waits for the GPU. The graph is recorded again after `load_state_dict` (the optimisers'
     state tensors are new) and after a learning-rate change.

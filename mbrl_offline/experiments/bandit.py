@@ -17,9 +17,9 @@ updates, one panel per p1, one curve per penalty (``out``; its folder is checked
 
 The bandit, the reward ensemble, the agent and its training are in
 mbrl_offline/experiments/bandit_parts.py, whose docstring gives the official details and the deviations;
-docs/bandit.md has measured results. ``bandit=cpu`` (the default) is sized to run in a few
-minutes on 2 CPU cores; ``bandit=paper`` has the official sizes; ``bandit.<field>=value`` sets any
-field of BanditConfig.
+docs/bandit.md has measured results and their times. ``bandit=cpu`` (the default) is sized for
+2 CPU cores; ``bandit=paper`` has the official sizes; ``bandit.<field>=value`` sets any field of
+BanditConfig.
 
 Settings: mbrl_offline/configs/bandit.yaml and mbrl_offline/configs/bandit/; ``--help`` lists them;
 ``--cfg job`` prints the composed config and runs nothing.

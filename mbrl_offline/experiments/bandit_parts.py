@@ -53,11 +53,11 @@ The pieces, each as the official code has it:
 
 Deviations from the official code, each with its reason:
 
-* the sizes: `BanditConfig`'s defaults are CPU sizes chosen so that the tool runs in minutes on 2
-  cores (width 64/32 instead of 256/128, 5,000 updates instead of 20,000 on 303-row tapes instead of
-  1000, learning rates 1e-3/3e-3 instead of 3e-6/1e-4, the target network's tau 0.05 instead of 0.005,
-  epsilon annealed over 30 % of the updates instead of 10 %; docs/bandit.md has the runs that chose
-  them); `BanditConfig.paper()` has the official sizes;
+* the sizes: `BanditConfig`'s defaults are CPU sizes, chosen for a 2-core CPU (width 64/32 instead
+  of 256/128, 5,000 updates instead of 20,000 on 303-row tapes instead of 1000, learning rates
+  1e-3/3e-3 instead of 3e-6/1e-4, the target network's tau 0.05 instead of 0.005, epsilon annealed
+  over 30 % of the updates instead of 10 %; docs/bandit.md has the runs that chose them);
+  `BanditConfig.paper()` has the official sizes;
 * a tape of whole episodes runs through the networks as a batch of episodes, its rows concatenated
   and cut after (`RecurrentDQN.loss`): the values of the official single pass, with a shorter scan;
 * the data are drawn afresh from the seed (the official code ships one dataset, ``bandit.pkl``), and
@@ -99,7 +99,7 @@ INPUT_DIM = 1 + ARMS + 1  # [dummy observation 0, one_hot(previous action), prev
 
 @dataclass
 class BanditConfig:
-    """The bandit experiment. Defaults: CPU sizes (minutes on 2 cores); `paper` gives the official ones."""
+    """The bandit experiment. Defaults: CPU sizes (for 2 cores); `paper` gives the official ones."""
 
     # the problem
     known_p: float = 0.5  # payout probability of arm 0, the arm in the data (and of arm 1 in the data's bandit)

@@ -53,10 +53,7 @@ Sizes: the defaults are the official ones, a U-Net of base 1024 (≈178M paramet
 `mbrl_offline.models.unet`), 10,000 epochs of the windows (≈39M steps for hopper-medium), 256 sampler
 steps and 8,192 trajectories per generation (a GPU job). ``budget=quick`` (also from Python:
 ``build_run(..., budget="quick")``) sets a CPU's: base 32, 5,000 training steps, 32 sampler steps, 512
-trajectories. Measured on 1 CPU thread at base 32 for pendulum rows: 25 ms per training batch of 32 windows,
-0.17 s per network evaluation of 256 trajectories of 129 rows; one generation of 512 trajectories with
-32 steps (63 evaluations; 65,536 transitions) took 43 s unguided and 35 s guided by TD3+BC's policy on
-one thread of a shared 2-core machine (two runs, other jobs running).
+trajectories (docs/generators.md has their timings on a CPU).
 
 The official λ (``policy_guidance_coeff``) is not public: its default 0 is unguided, and the paper's
 values are only in its W&B report. ``guidance.scale`` defaults to 0 here too, so ``generator=pgd``

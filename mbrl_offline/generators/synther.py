@@ -17,8 +17,8 @@ computed from the real dataset, as in SynthER's CORL code.
 
 Sizes: the defaults are the paper's, a width-2048 denoiser, 100,000 training steps and 5M samples at
 128 Heun steps (a GPU job). ``budget=quick`` (also from Python: ``build_run(..., budget="quick")``) sets
-a 2-core CPU's: width 256, 3,000 steps, 20,000 samples at 32 steps, a few minutes (docs/generators.md
-has the table).
+a 2-core CPU's: width 256, 3,000 steps, 20,000 samples at 32 steps (docs/generators.md has the table
+and the timings).
 
 Deviations from the official code, and why:
 

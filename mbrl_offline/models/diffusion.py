@@ -117,9 +117,8 @@ class EDMConfig:
 class DiffusionTrainConfig:
     """The training loop: SynthER's recipe by default (``config/resmlp_denoiser.gin``).
 
-    ``steps`` is the official 100,000: about 75 minutes at width 256 and 32 hours at the paper's width
-    2048 on 2 CPU cores (measured: 45 ms and 1.16 s per batch of 256, 27 inputs, both cores, other jobs
-    running); the CPU sizes are the quick budget's (``budget=quick``).
+    ``steps`` is the official 100,000: at the paper's width 2048 a GPU job; the CPU sizes are the quick
+    budget's (``budget=quick``; docs/generators.md has the timings that chose them).
 
     The EMA's horizon is ``ema_every / (1 - ema_decay)`` = 2,000 steps at the defaults: a training much
     shorter than that samples from an average that still holds its early weights (lower ``ema_every``).
@@ -396,11 +395,9 @@ class ResidualMLPDenoiser(nn.Module):
     dim_t), SiLU, Linear(dim_t -> dim_t). LayerNorm (``layer_norm``) is off in SynthER's config.
 
     Sizes: the paper's is width 2048, 6 blocks (``config/resmlp_denoiser.gin``; 25.5M parameters for
-    hopper's 27 inputs), the default here; ``budget=quick`` sets width 256 (0.46M) for a 2-core CPU. Measured on
-    2 shared cores (hopper, 27 inputs): a training batch of 256 takes 45 ms at width 256, 91 ms at 512,
-    1.16 s at 2048; one network evaluation 34, 100 and 770 us per sample. A sample takes 2N - 1 = 255
-    evaluations at 128 steps, so 100k samples take about 15 minutes at width 256 and the paper's 5M at
-    width 2048 (about 65 PFLOP) are a GPU job.
+    hopper's 27 inputs), the default here; ``budget=quick`` sets width 256 (0.46M) for a 2-core CPU
+    (docs/generators.md has the timings that chose it). A sample takes 2N - 1 = 255 evaluations at 128
+    steps, so the paper's 5M samples at width 2048 (about 65 PFLOP) are a GPU job.
     """
 
     def __init__(self, d_in: int, width: int = 256, blocks: int = 6, dim_t: int = 128, fourier_dim: int = 16,

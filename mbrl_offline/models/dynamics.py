@@ -496,7 +496,7 @@ class GaussianEnsembleDynamics(nn.Module):
     def posterior_uncertainty(self, x: torch.Tensor, chunk: Optional[int] = None) -> torch.Tensor:
         """U (`posterior_step`) of normalised inputs ``(B, in)``: ``(B,)``, evaluated ``chunk`` rows at a
         time (by default, rows for about 2^22 hidden activations: 209 rows of 100 elites x 200 units;
-        on the 2-core CPU 2000 rows took 6.4 s in chunks of 128 rows, 10.7 s in chunks of 1677)."""
+        on a CPU much larger chunks were slower)."""
         chunk = chunk or max(1, 2 ** 22 // (len(self.elites) * self.config.hidden_size))
         return torch.cat([epistemic_rms(self.posterior_forward(x[start:start + chunk])[0])
                           for start in range(0, len(x), chunk)])
@@ -620,7 +620,7 @@ class GaussianEnsembleDynamics(nn.Module):
 
     def _optimizer(self) -> torch.optim.Optimizer:
         """`fit`'s optimiser: Adam (weight decay enters the gradients, wd * W per layer, so Adam has one
-        parameter group: with one group per decay value its step took 0.51-0.55 ms instead of 0.37 ms),
+        parameter group: one group per decay value made its step slower),
         or AdamW with decoupled decay on every trained parameter (NEUBAY: optax.adamw)."""
         cfg, device = self.config, self.head.weight.device
         params = [p for p in self.parameters() if p.requires_grad]
@@ -704,22 +704,19 @@ class _SiLUEnsembleTrainingStep:
     """The loss of one training batch (`GaussianEnsembleDynamics.loss`) and the gradients of every
     parameter, weight decay included (wd * W per layer), computed by hand into buffers kept from
     batch to batch; the result matches autograd (tested). Why: autograd allocates every activation
-    and gradient afresh, and on CPU the first touch of freshly mapped memory costs page faults (a
-    bias copy into a fresh (7, 256, 200) output took 0.04-1.7 ms instead of 0.03 ms; an op on a fresh
-    (7, 256, 12) tensor about 45 us). Here a batch is matmuls into kept buffers (`member_matmul`),
-    a few elementwise passes per layer and in-place ops on the head. Measured on the 2-core CPU,
-    alternating with autograd in one process: 13.3 against 15.3 ms per batch (median of 8 runs of 60
-    batches). The forward keeps silu'(h) = s + h s (1 - s) = a + s (1 - a), s = sigmoid(h), a = h s, so
-    that the backward is one product: one exp per element and layer instead of two (torch's silu and
-    silu_backward each take one), 288 against 377 us per (7, 256, 200) layer; as one ``lerp`` it takes
-    a single pass (56 against 105 us for sigmoid_backward and an add on a (10, 256, 256) tensor), and
-    `fit`'s training batches ran at 20.3-20.8k against 19.5-20.1k samples/s in alternating processes.
+    and gradient afresh, and on CPU the first touch of freshly mapped memory costs page faults, which
+    for these small ops can cost more than their arithmetic. Here a batch is matmuls into kept buffers
+    (`member_matmul`), a few elementwise passes per layer and in-place ops on the head; it is faster
+    than autograd's (docs/performance.md). The forward keeps
+    silu'(h) = s + h s (1 - s) = a + s (1 - a), s = sigmoid(h), a = h s, so that the backward is one
+    product: one exp per element and layer instead of two (torch's silu and silu_backward each take
+    one), and as one ``lerp`` the derivative takes a single pass instead of two (sigmoid_backward and
+    an add).
 
-    `torch.compile` does not help here. Compiling this buffered step made it slower (13.8 against
-    11.7 ms per batch: every write into a kept buffer became a copy); the same maths written without
-    buffers compiled to 11.4-11.6 against 11.9-12.2 ms per batch alone, but inside `fit`, with Adam
-    reading freshly allocated gradients, it ran at 19.8-20.9k against 19.7-20.4k samples/s: no gain
-    worth a compiler dependency and seconds of compilation per run.
+    `torch.compile` does not help here (docs/performance.md). Compiling this buffered
+    step made it slower (every write into a kept buffer became a copy); the same maths written without
+    buffers compiled to a faster batch alone, but not inside `fit`, where Adam reads freshly allocated
+    gradients: no gain worth a compiler dependency and seconds of compilation per run.
 
     Backward, with h_l = a_{l-1} W_l + b_l, a_l = silu(h_l) and the head's mean mu and raw
     log-variance r, soft-clamped as v = max - r, l1 = max - softplus(v), u = l1 - min,
@@ -776,8 +773,8 @@ class _SiLUEnsembleTrainingStep:
         head.copy_(model.head.bias.expand_as(head))
         member_matmul(below, model.head.weight, head, add=head)
 
-        # The head's loss and its gradients, in place in kept (N, batch, out) buffers: fresh tensors
-        # this small took ~45 us per op in page faults (a few us when the memory is reused).
+        # The head's loss and its gradients, in place in kept (N, batch, out) buffers: for fresh tensors
+        # this small the page faults cost more than the op (reused memory has none).
         out_dim = model.obs_dim + 1
         mean, raw = head[..., :out_dim], head[..., out_dim:]
         max_logvar, min_logvar = model.max_logvar, model.min_logvar

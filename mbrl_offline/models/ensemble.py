@@ -79,10 +79,9 @@ class EnsembleLinear(nn.Module):
                 out = torch.baddbmm(out, part.expand(weight.shape[0], *part.shape), rows)
             return out
         if self.out_features == 1:
-            # One output column makes bmm a batched matrix-vector product, which CPU BLAS runs slowly:
-            # for (10, 256, 256) inputs 415 us forward, and 518 us for the weight gradient a^T dq,
-            # against 80 us and 40 us as a product and a sum (autograd forward and backward: 414
-            # against 795 us on this project's 2-core CPU).
+            # One output column makes bmm a batched matrix-vector product, which CPU BLAS runs slowly,
+            # forward and for the weight gradient a^T dq: a product and a sum are faster here
+            # (docs/performance.md).
             return (x * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
         if x.dim() == 2:  # a shared input: a stride-0 view, no copy per member
             x = x.expand(weight.shape[0], *x.shape)
@@ -210,8 +209,8 @@ class EnsembleMLP(nn.Module):
             return lowest_value, torch.bmm(grad, input_weight)[lowest, rows]
         groups = MemberGroups(lowest, out.shape[0])  # rows sorted by member: one contiguous group each
         member, row, group_ends = groups.member, groups.order, groups.ends.to(torch.int32)
-        # each sorted row's own member's activations, as rows of the (N * B, H) activations: index_select
-        # took 6-9 us for (256, 256) rows of (10, 256, 256) on a 2-core CPU, indexing with (member, row) 21-27
+        # each sorted row's own member's activations, as rows of the (N * B, H) activations: one
+        # index_select of flat row numbers, faster on a CPU than indexing with (member, row)
         picked = member * len(row) + row
 
         def rows_of(activation: torch.Tensor) -> torch.Tensor:
@@ -263,12 +262,11 @@ def member_matmul(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, add: Opti
 
     On a CPU, torch runs ``bmm`` with one member per thread at a time, so with N not a multiple of
     the thread count the last round leaves threads idle: on 2 threads 7 members of (256, 200) @
-    (200, 200) take as long as 8 (0.96 ms both). The leftover members of such large products run as
-    single ``mm`` calls instead, each spread over all threads (6 + 1: 0.92-0.94 ms against 0.99 ms
-    for the 7-member ``bmm``, measured on this project's 2-core CPU). Small products (below 2^22
-    multiply-adds per member, e.g. the dynamics model's 14-input layer and 24-output head) lose
-    more to the extra calls than they gain (87 against 72 us), so they, and all GPU products, are
-    one ``bmm``.
+    (200, 200) take as long as 8. The leftover members of such large products run as single ``mm``
+    calls instead, each spread over all threads (7 members on 2 threads: a 6-member ``bmm`` and one
+    ``mm``; docs/performance.md). Small products (below 2^22 multiply-adds per member, e.g. the
+    dynamics model's 14-input layer and 24-output head) lose more to the extra calls than they gain,
+    so they, and all GPU products, are one ``bmm``.
     """
     members, threads = a.shape[0], torch.get_num_threads()
     large = a.shape[1] * a.shape[2] * b.shape[2] >= 1 << 22
@@ -361,7 +359,7 @@ class _ReLUValueAndInputGradient(torch.autograd.Function):
         # Input gradient g: back along g_1 .. g_L.
         if dgrad is not None:
             columns = ctx.columns
-            dweights[0][:, columns, :] += torch.bmm(dgrad.transpose(1, 2), path[0])  # baddbmm_ into the strided slice: 215 against 105 us
+            dweights[0][:, columns, :] += torch.bmm(dgrad.transpose(1, 2), path[0])  # faster than baddbmm_ into the strided slice
             error = _mask(torch.bmm(dgrad, weights[0][:, columns, :]), activations[0])  # e_1
             for i in range(1, len(activations)):
                 dweights[i].baddbmm_(error.transpose(1, 2), path[i])

@@ -20,8 +20,8 @@ computes it, and a test checks it on the meta device). That is a GPU model: one 
 ≈19 GFLOP per network evaluation, and the default of ``generator=pgd``. ``budget=quick`` sets **base 32**
 (32/64/128 channels; about 0.2M parameters for 25 channels): the conv cost grows with base², so 32 is ~1000× cheaper than
 the paper's per row, which makes fitting on a small dataset and one generation of a few hundred
-129-row trajectories a matter of minutes on 2 CPU cores. It still has the paper's depth and block
-structure; only the width differs.
+129-row trajectories a CPU job (docs/generators.md has their timings). It still has the paper's depth
+and block structure; only the width differs.
 
 Deviations from the official code, all numerically minor:
 
@@ -54,7 +54,7 @@ def _swish(x: torch.Tensor) -> torch.Tensor:
 
 # `_Conv1d` computes a convolution as one matrix product on a CPU when its weights are at least this many
 # numbers (2048 x 2048 x 3: the paper-size U-Net's two deeper levels) and it has at most this many
-# positions (batch x rows); measured in `_Conv1d`'s docstring.
+# positions (batch x rows); `_Conv1d`'s docstring says why.
 MATMUL_MIN_WEIGHTS = 2048 * 2048 * 3
 MATMUL_MAX_POSITIONS = 512
 
@@ -66,14 +66,9 @@ class _Conv1d(nn.Conv1d):
     through both; a test compares them with ``F.conv1d``).
 
     Why: torch's CPU convolution (oneDNN) re-lays its weights out at every call, which dominates when
-    the weights are large and the positions few: the paper-size U-Net (base 1024) on a CPU. Timed on the
-    2-core Zen 5 VM with 2 threads and `keep_freed_memory`, forward: 4096 -> 4096 channels (k 3) on 1 x 32
-    positions, 64 ms as a convolution against 25 ms as a product; 2048 -> 2048 on 1 x 64, 18.5 against
-    10.2 ms; training (forward and backward) on 32 x 8 positions of 4096 channels, 699 against 504 ms;
-    the whole base-1024 U-Net on one 129-row trajectory, 0.24 against 0.12 s. With smaller weights or
-    more positions the convolution is as fast or faster (1024 channels on 32 x 32 positions: 16 against
-    32 ms forward), so it is kept there, and the library's default U-Net (base 32) never takes the
-    product."""
+    the weights are large and the positions few: the paper-size U-Net (base 1024) on a CPU
+    (docs/performance.md). With smaller weights or more positions the convolution was as fast or
+    faster, so it is kept there, and the library's default U-Net (base 32) never takes the product."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, rows = x.shape
