@@ -44,7 +44,7 @@ import sys
 from pathlib import Path
 
 from mbrl_offline import platform as mbrl_platform  # noqa: E402
-mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts before MKL loads
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -67,7 +67,7 @@ import time
 from pathlib import Path
 
 from mbrl_offline import platform as mbrl_platform  # noqa: E402
-mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts before MKL loads
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
 import numpy as np
 import torch
 

@@ -45,7 +45,7 @@ from typing import Callable
 
 import mbrl_offline  # noqa: E402
 from mbrl_offline import platform as mbrl_platform  # noqa: E402
-mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts on both sides' MKL
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL
 import numpy as np
 import torch
 

@@ -6,10 +6,10 @@
 Prints, each with the matmul FLOPs it does (counted by torch's flop counter on one real call) and the
 fraction of this machine's fp32 matmul peak (timed in this process before and after: 1024^3 matmuls on
 the CPU, 8192^3 on a GPU, which 1024^3 does not fill; full fp32, as training runs, not TF32). The peak
-is what torch's own matmul reaches. On AMD CPUs with AVX-512, with ``MBRL_OFFLINE_MKL_AVX512=0``,
+is what torch's own matmul reaches. On AMD CPUs with AVX-512
 that is MKL's AVX2 code, about half of what the CPU can do: the script also prints the same product
-through oneDNN, which uses AVX-512 there, and whether MKL runs its AVX-512 code in this process
-(`mbrl_offline.platform`: on unless ``MBRL_OFFLINE_MKL_AVX512=0``), in which case the peak is that code's.
+through oneDNN, which uses AVX-512 there, and whether ``MBRL_OFFLINE_MKL_AVX512=1`` (`mbrl_offline.
+platform`) let MKL run its AVX-512 code in this process, in which case the peak is that code's.
 
 * RAVL agent updates/s: the full loop body (a mixed batch of 256 from a 1M real and a full 1.25M
   synthetic buffer, then one update of 10 critics and the actor, 3x256, EDAC eta = 1); on a GPU
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 
 from mbrl_offline import platform as mbrl_platform  # noqa: E402
-mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts before MKL loads
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 

@@ -33,9 +33,8 @@ torch's 1024^3 product; official: the same product by a jitted ``jnp.matmul``). 
 both processes to that many cores (``sched_setaffinity``, which sizes XLA's thread pool too) and sets
 torch's thread count. Each side times only its own work, after its warm-up (JAX: the compilations).
 The processes run through `side_by_side.run_child` (each prints one ``RESULT`` line of JSON). On AMD
-CPUs with AVX-512 torch's matmul runs MKL's AVX2 code unless MKL is let run its AVX-512 code, as the
-benchmarks do unless ``MBRL_OFFLINE_MKL_AVX512=0`` (`mbrl_offline.platform`; the header says which);
-XLA's runs AVX-512 code there: the two peaks show it.
+CPUs torch's matmul runs MKL's AVX2 code unless ``MBRL_OFFLINE_MKL_AVX512=1`` is set (`mbrl_offline.
+platform`; the header says which), while XLA's runs AVX-512: the two peaks show it.
 
 * train (samples/s, a sample being one member's row: members x batch per step): the posterior
   ensemble's training batches over ``--epochs`` epochs of ``rows - min(20% rows, 1000)`` rows per
@@ -403,7 +402,7 @@ def official_child(args) -> None:
 # ------------------------------------------------------------------------------------------- ours
 def our_child(args) -> None:
     from mbrl_offline import platform as mbrl_platform
-    mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts before MKL loads
+    mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
     import torch
 
     import neubay
@@ -478,7 +477,7 @@ def main() -> None:
         return
     sys.path.insert(0, str(HERE))
     from mbrl_offline import platform as mbrl_platform
-    mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts before MKL loads
+    mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
     import torch
 
     import throughput

@@ -27,9 +27,9 @@ them, on the CPU (the official scripts themselves need CUDA, D4RL and wandb), ea
   no change from an upright hopper; ours uses a never-terminating function), so both generate all
   250,000 transitions per call.
 
-Both sides' processes let MKL run its AVX-512 code on an AMD CPU with AVX-512 (`mbrl_offline.platform`;
-``MBRL_OFFLINE_MKL_AVX512=0`` turns it off on both), so the comparison stays like for like; the peak
-column shows which code ran (about twice the GFLOP/s with it).
+With ``MBRL_OFFLINE_MKL_AVX512=1`` in the environment both sides' processes let MKL run its AVX-512
+code on an AMD CPU (`mbrl_offline.platform`), so the comparison stays like for like; the peak column
+shows which code ran (about twice the GFLOP/s with it).
 
 Two adapters, needed on a CPU, change nothing that is timed: ``gym`` is aliased to gymnasium if it
 is not installed, and the official rollout's ``done.to(reward.get_device())``, which is ``.to(-1)``
@@ -70,7 +70,7 @@ import time
 from pathlib import Path
 
 from mbrl_offline import platform as mbrl_platform  # noqa: E402
-mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts on both sides' MKL
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL
 import numpy as np
 import torch
 

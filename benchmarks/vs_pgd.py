@@ -244,7 +244,7 @@ def official_child(args) -> None:
 # ------------------------------------------------------------------------------------------- ours
 def import_ours():
     from mbrl_offline import platform as mbrl_platform
-    mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts before MKL loads
+    mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
     import torch
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import throughput

@@ -47,7 +47,7 @@ import types
 from pathlib import Path
 
 from mbrl_offline import platform as mbrl_platform  # noqa: E402
-mbrl_platform.apply_environment()  # before torch: the AVX-512 unlock (off with MBRL_OFFLINE_MKL_AVX512=0) acts on both sides' MKL
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 acts on both sides' MKL
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -3,29 +3,29 @@ only when asked for. The command-line tools ask for them (`mbrl_offline.cli.cli_
 `apply_environment` before torch loads; the train and sweep tools call `keep_freed_memory` for a CPU run
 with ``keep_freed_memory=true``), and so do the benchmarks; ``import mbrl_offline`` changes nothing.
 
-**MKL's AVX-512 code on AMD CPUs** (on in the tools and benchmarks; ``MBRL_OFFLINE_MKL_AVX512=0`` turns
-it off). PyTorch's x86 wheels do their fp32 matmuls with Intel's MKL. MKL picks its code by CPU vendor:
-on an AMD CPU it runs AVX2 code even where the CPU has AVX-512 (AMD's Zen 4 and Zen 5), so torch's
-products run slower than the CPU allows, while the oneDNN library bundled in the same torch
-wheel, and XLA on the JAX side of a comparison, run AVX-512 code on the same CPU.
-MKL asks one function, ``mkl_serv_intel_cpu_true``, whether the CPU is Intel's. A shared library
-loaded into the process before torch that defines a function of that name returning 1 is found
-before MKL's own (the dynamic linker resolves a name in load order), and MKL then picks its code by
-the CPU's instruction sets, as it does on Intel CPUs. This is the ``LD_PRELOAD`` workaround that
-users of MKL on AMD CPUs have long used, done from Python: the library is six bytes of x86-64 code
+**MKL's AVX-512 code on AMD CPUs** (opt-in: ``MBRL_OFFLINE_MKL_AVX512=1``, then `apply_environment`).
+PyTorch's x86 wheels do their fp32 matmuls with Intel's MKL. MKL picks its code by CPU vendor: on an
+AMD CPU it runs AVX2 code even where the CPU has AVX-512 (AMD's Zen 4 and Zen 5), so torch's products
+run slower than the CPU allows, while the oneDNN library bundled in the same torch wheel runs AVX-512
+code on the same CPU. MKL asks one function, ``mkl_serv_intel_cpu_true``, whether the CPU is Intel's. A
+shared library loaded into the process before torch that defines a function of that name returning 1
+is found before MKL's own (the dynamic linker resolves a name in load order), and MKL then picks its
+code by the CPU's instruction sets, as it does on Intel CPUs. This is the ``LD_PRELOAD`` workaround
+that users of MKL on AMD CPUs have long used, done from Python: the library is six bytes of x86-64 code
 in an ELF file written here into memory (``memfd_create``), so no compiler or file on disk is needed.
-Results differ from MKL's AVX2 code only by fp32 rounding (``tests/test_mkl_avx512.py`` checks a
-batched product against float64 both ways); the measured speed-ups are in docs/performance.md.
+Results differ from MKL's AVX2 code only by fp32 rounding; the measured speed-ups are in
+docs/performance.md.
 
-Where it acts: `apply_environment` turns it on unless ``MBRL_OFFLINE_MKL_AVX512=0``, and only on
-x86-64 Linux, on AMD CPUs with the AVX-512 subsets MKL's code assumes; elsewhere it does nothing and
-`status` says why. The command-line tools call it before they import torch (so ``python
-examples/train.py ...`` runs the AVX-512 code on such a CPU) and record `status` in the run's
-``run.json``, as the rounding differs; CPU training runs print one line saying it is on. A library import
-(``import mbrl_offline``) does not: the unlock changes a process-wide choice inside MKL that Intel does
-not document (every matmul of the process, not only this library's), so a script of your own gets it
-only by calling ``mbrl_offline.platform.apply_environment()`` before ``import torch``. It must act before
-torch loads, as MKL is linked then; called after, it stays off and says so.
+Off by default, because it changes a process-wide choice inside MKL that Intel does not document
+(every matmul of the process, not only this library's), and because a run's numbers then depend on
+how the process was started: the same run from Python and from the command line must give the same
+metrics (``tests/test_budgets.py``). It takes effect only when the library is loaded before torch, as
+MKL is linked when torch loads: ``MBRL_OFFLINE_MKL_AVX512=1 mbrl-train ...`` (or ``python
+examples/train.py ...``) does that, as the tools import torch only after `apply_environment`; in a
+script of your own, call ``mbrl_offline.platform.apply_environment()`` before ``import torch``
+(``import mbrl_offline`` does not load torch). It does nothing, and says why in `status`, on CPUs other
+than AMD ones with AVX-512 (MKL already runs AVX-512 code on Intel CPUs), outside x86-64 Linux, or
+when torch was imported first.
 
 **glibc's malloc keeping freed memory** (`keep_freed_memory`), for CPU training: see its docstring.
 
@@ -61,13 +61,11 @@ def status() -> str:
 def _reason_off() -> str:
     if _asked:
         return str(_off_reason)
-    return _environment_problem() or _turned_off() or (
-        "nothing in this process asked for it: call mbrl_offline.platform.apply_environment() before torch "
-        "loads, as the command-line tools do")
-
-
-def _turned_off() -> str | None:
-    return f"{ENV_VAR}=0" if os.environ.get(ENV_VAR, "").strip() == "0" else None
+    requested = os.environ.get(ENV_VAR, "").strip()
+    if requested == "1":
+        return (f"{ENV_VAR}=1, but nothing in this process asked for it: call "
+                "mbrl_offline.platform.apply_environment() before torch loads, as the command-line tools do")
+    return _environment_problem() or f"{ENV_VAR} is not 1"
 
 
 def is_on() -> bool:
@@ -75,13 +73,16 @@ def is_on() -> bool:
 
 
 def advice() -> str | None:
-    """One line for a CPU training run's log: that the unlock is on, or why it is off on a CPU where it
-    would help; None where there is nothing to say (another CPU, or ``=0`` where it would help, which
-    `run.json` records)."""
+    """One line for a CPU training run's log: that the unlock is on, why ``=1`` did nothing, or that
+    it would help here; None where there is nothing to say."""
+    requested = os.environ.get(ENV_VAR, "").strip()
     if is_on():
-        return f"matmuls: {ON} ({ENV_VAR}=0 turns it off)"
-    if would_help() and not _turned_off():
-        return f"matmuls: MKL runs its AVX2 code on this AMD CPU, which has AVX-512: {_reason_off()}"
+        return f"matmuls: {ON} ({ENV_VAR}=1)"
+    if requested == "1":
+        return f"matmuls: {ENV_VAR}=1 did nothing: {_reason_off()}"
+    if would_help() and not requested:
+        return (f"hint: torch's MKL runs AVX2 code on this AMD CPU, which has AVX-512; {ENV_VAR}=1 lets it run "
+                "its AVX-512 code (1.6x the RAVL updates/s on a Zen 5 CPU; docs/performance.md)")
     return None
 
 
@@ -91,19 +92,21 @@ def would_help() -> bool:
 
 
 def apply_environment() -> str:
-    """`unlock` unless ``MBRL_OFFLINE_MKL_AVX512=0``; returns `status`. Call it before torch loads: the
+    """`unlock` when ``MBRL_OFFLINE_MKL_AVX512=1``; returns `status`. Call it before torch loads: the
     command-line tools do (`mbrl_offline.cli.cli_main`), and so do the benchmarks.
 
-    A value other than 1, 0 or nothing leaves it off, with the reason in `status`: a speed setting
-    should not stop a script. The command-line tools stop on it with one error line
-    (`check_environment`) first."""
+    Another value leaves it off, with the reason in `status`: a speed setting should not stop a
+    script. The command-line tools stop on it with one error line (`check_environment`) first."""
     global _off_reason, _asked
-    reason = _environment_problem() or _turned_off()
-    if reason:
-        if _library is None:
-            _off_reason, _asked = reason, True
+    problem = _environment_problem()
+    if problem:
+        _off_reason, _asked = problem, True
         return status()
-    return unlock()
+    if os.environ.get(ENV_VAR, "").strip() == "1":
+        return unlock()
+    if not _asked:
+        _off_reason, _asked = f"{ENV_VAR} is not 1", True
+    return status()
 
 
 def check_environment() -> None:
@@ -119,8 +122,8 @@ def _environment_problem() -> str | None:
     value = os.environ.get(ENV_VAR, "").strip()
     if value in ("", "0", "1"):
         return None
-    return (f"{ENV_VAR}={value!r} is not understood: set it to 1 or nothing (let MKL run its AVX-512 code on "
-            "AMD CPUs, the default of the command-line tools) or to 0 (MKL's own choice, AVX2 code on AMD CPUs)")
+    return (f"{ENV_VAR}={value!r} is not understood: set it to 1 (let MKL run its AVX-512 code on AMD CPUs), "
+            "or to 0 or nothing (torch's default)")
 
 
 def unlock() -> str:

@@ -1,6 +1,6 @@
 """MBRL_OFFLINE_MKL_AVX512 (mbrl_offline/platform.py): the in-memory library, MKL choosing its code by
 instruction set with it, and the unlock running only when asked for (the command-line tools ask, before
-torch loads, unless the variable is 0; ``import mbrl_offline`` does not).
+torch loads; ``import mbrl_offline`` does not).
 
 MKL's ``mkl_serv_cpu_detect()`` (exported by torch's wheel) returns the code branch MKL chose: 0 is its
 generic code, which it takes on AMD CPUs; a positive value an instruction-set branch (7 for AVX-512 on
@@ -86,32 +86,21 @@ NOT_ASKED = "import mbrl_offline, torch; from mbrl_offline import platform as p;
 @needs_x86_linux
 def test_environment_variable_unlocks_only_when_asked_for_before_torch():
     first = run_python(ASKED_FIRST.format("status()"), MBRL_OFFLINE_MKL_AVX512="1")
-    unset = run_python(ASKED_FIRST.format("status()"))
     late = run_python(ASKED_LATE.format("status()"), MBRL_OFFLINE_MKL_AVX512="1")
-    turned_off = run_python(ASKED_FIRST.format("status()"), MBRL_OFFLINE_MKL_AVX512="0")
+    unset = run_python(ASKED_FIRST.format("status()"))
     library = run_python(NOT_ASKED.format("status()"), MBRL_OFFLINE_MKL_AVX512="1")
-    done = [first, unset, late, turned_off, library]
+    done = [first, late, unset, library]
     assert all(d.returncode == 0 for d in done), "".join(d.stderr for d in done)
-    assert turned_off.stdout.strip() == f"off ({mbrl_platform.ENV_VAR}=0)"
+    assert unset.stdout.strip() == f"off ({mbrl_platform.ENV_VAR} is not 1)"
     # a library import changes nothing, and says so
-    assert library.stdout.strip() == ("off (nothing in this process asked for it: call "
-                                      "mbrl_offline.platform.apply_environment() before torch loads, as the "
+    assert library.stdout.strip() == (f"off ({mbrl_platform.ENV_VAR}=1, but nothing in this process asked for it: "
+                                      "call mbrl_offline.platform.apply_environment() before torch loads, as the "
                                       "command-line tools do)")
     if mbrl_platform.would_help():
-        assert first.stdout.startswith("on (") and unset.stdout == first.stdout  # on unless =0
+        assert first.stdout.startswith("on (")
         assert late.stdout.startswith("off (torch was imported before mbrl_offline.platform.apply_environment() ran")
     else:  # another vendor or no AVX-512: off, with the reason
-        reason = f"off ({mbrl_platform._cpu_reason()})"
-        assert first.stdout.strip() == unset.stdout.strip() == late.stdout.strip() == reason
-
-
-@needs_x86_linux
-def test_asking_for_it_off_after_it_is_on_says_it_is_still_on():
-    code = ("import os; from mbrl_offline import platform as p; p.apply_environment(); import torch; "
-            "os.environ[p.ENV_VAR] = '0'; print(p.apply_environment())")
-    done = run_python(code)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith("on (" if mbrl_platform.would_help() else "off (")
+        assert first.stdout.strip() == late.stdout.strip() == f"off ({mbrl_platform._cpu_reason()})"
 
 
 def test_the_tools_load_torch_only_after_applying_the_platform_settings():
@@ -127,11 +116,10 @@ def test_the_tools_load_torch_only_after_applying_the_platform_settings():
     tool = ("import sys; import mbrl_offline.tools.evaluate as tool; from mbrl_offline import platform as p\n"
             "try:\n    tool.main(['checkpoint=x.pt', '--cfg', 'job'])\nexcept SystemExit:\n    pass\n"
             "print('torch' in sys.modules, p.status())")
-    for env in ({}, {mbrl_platform.ENV_VAR: "1"}, {mbrl_platform.ENV_VAR: "0"}):
-        ran = run_python(tool, **env)
-        assert ran.returncode == 0, ran.stderr
-        asked_first = run_python(ASKED_FIRST.format("status()"), **env).stdout.strip()
-        assert ran.stdout.splitlines()[-1] == f"True {asked_first}"  # as if asked before torch
+    ran = run_python(tool, MBRL_OFFLINE_MKL_AVX512="1")
+    assert ran.returncode == 0, ran.stderr
+    asked_first = run_python(ASKED_FIRST.format("status()"), MBRL_OFFLINE_MKL_AVX512="1").stdout.strip()
+    assert ran.stdout.splitlines()[-1] == f"True {asked_first}"  # on where it helps, as if asked before torch
 
 
 def test_unknown_value_stops_the_command_line_with_one_error_line(tmp_path):
@@ -140,8 +128,8 @@ def test_unknown_value_stops_the_command_line_with_one_error_line(tmp_path):
                           env={**os.environ, mbrl_platform.ENV_VAR: "yes"})
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"error: {mbrl_platform.ENV_VAR}='yes' is not understood: set it to 1 or nothing (let MKL run its AVX-512 "
-        "code on AMD CPUs, the default of the command-line tools) or to 0 (MKL's own choice, AVX2 code on AMD CPUs)"]
+        f"error: {mbrl_platform.ENV_VAR}='yes' is not understood: set it to 1 (let MKL run its AVX-512 code on "
+        "AMD CPUs), or to 0 or nothing (torch's default)"]
     assert not list(tmp_path.iterdir())
 
 
@@ -158,13 +146,15 @@ def test_training_log_line_says_what_the_setting_did():
     lines = {name: run_python(code.format("advice()"), **env).stdout.strip() for name, code, env in [
         ("unset", ASKED_FIRST, {}), ("off", ASKED_FIRST, {mbrl_platform.ENV_VAR: "0"}),
         ("on", ASKED_FIRST, {mbrl_platform.ENV_VAR: "1"}), ("late", ASKED_LATE, {mbrl_platform.ENV_VAR: "1"})]}
-    assert lines["off"] == "None"  # turned off by the user: run.json records it, the log says nothing
+    assert lines["off"] == "None"
     if mbrl_platform.would_help():
-        assert lines["unset"] == lines["on"] == f"matmuls: {mbrl_platform.ON} ({mbrl_platform.ENV_VAR}=0 turns it off)"
-        assert lines["late"].startswith("matmuls: MKL runs its AVX2 code on this AMD CPU, which has AVX-512: torch "
-                                        "was imported before")
+        assert lines["unset"].startswith(f"hint: torch's MKL runs AVX2 code on this AMD CPU, which has AVX-512; "
+                                         f"{mbrl_platform.ENV_VAR}=1 lets it run its AVX-512 code")
+        assert lines["on"] == f"matmuls: {mbrl_platform.ON} ({mbrl_platform.ENV_VAR}=1)"
+        assert lines["late"].startswith(f"matmuls: {mbrl_platform.ENV_VAR}=1 did nothing: torch was imported before")
     else:
-        assert lines["unset"] == lines["on"] == lines["late"] == "None"
+        reason = f"matmuls: {mbrl_platform.ENV_VAR}=1 did nothing: {mbrl_platform._cpu_reason()}"
+        assert lines["unset"] == "None" and lines["on"] == lines["late"] == reason
 
 
 @needs_x86_linux

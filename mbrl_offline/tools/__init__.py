@@ -4,5 +4,5 @@ each runs as a console script (``mbrl-train``), as ``python -m mbrl_offline trai
 ``python examples/train.py``.
 
 The modules import torch and the library's models only inside ``main``, after the platform settings are
-applied (`mbrl_offline.cli.cli_main`), so that MKL's AVX-512 unlock (`mbrl_offline.platform`) acts before torch loads.
+applied (`mbrl_offline.cli.cli_main`), so that ``MBRL_OFFLINE_MKL_AVX512=1`` acts before torch loads.
 """
