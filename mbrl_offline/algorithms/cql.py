@@ -208,8 +208,8 @@ class CQL(FeedForwardAgent):
 
     name = "cql"
     # what it is, for the docs' tables
-    summary = ("SAC whose critics minimise w (log-sum-exp over policy and uniform actions, importance-weighted, "
-               "- Q on the data); the Lagrange variant by configuration")
+    summary = ("SAC whose critics push Q down at policy and uniform actions (an importance-weighted log-sum-exp) "
+               "and up on the data; the Lagrange variant by configuration")
     defaults_from = "OfflineRL-Kit's `run_cql.py` (the paper's 3R-way log-sum-exp); CORL's `cql.py` by configuration"
     config_class = CQLConfig
     published_generator = staticmethod(model_free.published_generator)
