@@ -355,17 +355,37 @@ def kit_conservative_terms(checkout) -> dict[str, torch.Tensor]:
     return out
 
 
+def exact_kit_log_det() -> None:
+    """Replace Kit's ``TanhNormalWrapper.log_prob``, which takes log(max (1 - tanh(u)^2) + 1e-6), with the
+    exact log-determinant ours computes, in this process only: what is left of the actor's difference
+    is then rounding (``--kit-exact-log-det``)."""
+    from offlinerlkit.modules import dist_module
+
+    def log_prob(self, action, raw_action=None):
+        raw = self.arctanh(action / self._max_action) if raw_action is None else raw_action
+        gaussian = torch.distributions.Normal.log_prob(self, raw).sum(-1, keepdim=True)
+        log_det = 2 * (np.log(2) - raw - torch.nn.functional.softplus(-2 * raw)) + np.log(self._max_action)
+        return gaussian - log_det.sum(-1, keepdim=True)
+
+    dist_module.TanhNormalWrapper.log_prob = log_prob
+
+
 def cql_update_main(argv) -> None:
     import argparse
     parser = argparse.ArgumentParser(description="our CQL's update against OfflineRL-Kit's CQLPolicy.learn")
     parser.add_argument("--cql-update", action="store_true")
     parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
     parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--kit-exact-log-det", action="store_true",
+                        help="Kit's tanh log-determinant without its 1e-6, to attribute the actor's difference")
     args = parser.parse_args(argv)
     if not (Path(args.offlinerlkit) / "offlinerlkit" / "policy" / "model_free" / "cql.py").is_file():
         parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; "
                        "clone it and pass its path.\n")
     torch.set_num_threads(1)
+    if args.kit_exact_log_det:
+        import_offlinerlkit(Path(args.offlinerlkit))
+        exact_kit_log_det()
     for lagrange in (False, True):
         for mode in ("per_repeat", "joint"):
             print(f"lse_mode={mode} with_lagrange={lagrange}")
