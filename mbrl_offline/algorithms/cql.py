@@ -32,9 +32,10 @@ actor and alpha (OfflineRL-Kit); "corl" computes every loss from the networks as
 update, then steps alpha, the actor and the critics (CORL, as the original code). Every E[.] over the
 batch's rows becomes ``sum_b w_b (.)`` with per-row loss ``weights`` (`mbrl_offline.algorithms.weights`).
 
-The conservative term is `CQLRegulariser`: the 3R scores of any states (``ood_values``), their
-log-sum-exp in either mode (`conservative_logsumexp`), so that COMBO takes it on its mixed real and
-model rows with its own data term.
+The conservative term is `CQLRegulariser`: the 3R scores of any states and their log-sum-exp in
+either mode (``ood_values``, `conservative_logsumexp`); `CQL.conservative_gap` subtracts the data term.
+COMBO overrides that one method to take the log-sum-exp over its mixed real and model rows and the
+data term over the real ones.
 
 **OfflineRL-Kit's log-sum-exp.** Kit's ``learn`` calls ``value.reshape(batch_size, R, 1)`` on each score
 tensor and drops the result, so the tensors stay ``(B R, 1)``, their concatenation is ``(B R, 3)`` and
@@ -57,7 +58,8 @@ Written with autograd, top to bottom. Differences from OfflineRL-Kit, and why:
 * ``lse_mode=joint`` by default (above); ``per_repeat`` is Kit's;
 * the regulariser's policy samples are drawn without gradient (CORL does the same). Kit lets the critic
   losses backpropagate into the actor, whose gradient it then zeroes before the actor's next step,
-  so the critics' gradients and every update are the same, with a quarter fewer FLOPs;
+  so the critics' gradients and every update are the same, without the backward pass through the
+  actor for its 2 B R samples;
 * the uniform samples are drawn from the env's box [low, high] with density prod 1 / (high - low); Kit
   draws from [low[0], high[0]] with density 0.5^|A| and CORL from [-1, 1]: the same for the unit bounds
   of every MuJoCo task, but the correct importance weight elsewhere (pendulum's bounds are +-2);
@@ -346,6 +348,15 @@ class CQL(FeedForwardAgent):
                 next_q = next_q - self.alpha * next_log_pi
         return rewards * self.reward_scale + cfg.gamma * (1.0 - terminals.float()) * next_q
 
+    def conservative_gap(self, batch: dict[str, torch.Tensor], obs: torch.Tensor, next_obs: torch.Tensor,
+                         q: torch.Tensor, weights: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(gap, ood)``: each critic's ``T E_s[log sum exp(v / T)] - E_{s,a}[Q(s, a)]`` ``(N,)`` and the
+        log-sum-exp per state ``(N, B)``, both expectations over the batch's rows (``q``: the critics at
+        the batch's actions). COMBO overrides this to take the first over its mixed rows and the second
+        over the real ones."""
+        ood = self.regulariser.ood_values(self.critic, self._regulariser_sample, obs, next_obs)
+        return batch_mean(ood, weights) - batch_mean(q, weights), ood
+
     def critic_loss(self, batch: dict[str, torch.Tensor], obs: torch.Tensor, next_obs: torch.Tensor,
                     weights: Optional[torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The critics' TD and conservative losses (summed over the two critics) and metrics; with the
@@ -354,8 +365,7 @@ class CQL(FeedForwardAgent):
         target = self.critic_target(next_obs, batch["rewards"], batch["terminals"])
         q = self.critic(obs, batch["actions"])  # (2, B)
         td = batch_mean((q - target) ** 2, weights)  # (2,): each critic's MSE
-        ood = self.regulariser.ood_values(self.critic, self._regulariser_sample, obs, next_obs)  # (2, B)
-        gap = batch_mean(ood, weights) - batch_mean(q, weights)  # (2,): T E[logsumexp] - E[Q(s, a)]
+        gap, ood = self.conservative_gap(batch, obs, next_obs, q, weights)
         conservative = cfg.cql_weight * gap
         metrics = {}
         if cfg.with_lagrange:
