@@ -252,3 +252,20 @@ def test_updates_match_offlinerlkits_cqlpolicy_in_the_kit_setting(with_lagrange)
         assert max(row[f"{name}_max_diff"] for name in ("actor", "critic", "target_critic", "log_alpha")) < 1e-4
         if with_lagrange:
             assert row["log_alpha_prime_max_diff"] < 1e-7
+
+
+# ------------------------------------------------------------------ CORL's own code
+CORL = os.environ.get("MBRL_OFFLINE_CORL")  # a checkout of tinkoff-ai/CORL, or unset
+
+
+@pytest.mark.skipif(not (CORL and (Path(CORL) / "algorithms" / "offline" / "cql.py").is_file()),
+                    reason="set MBRL_OFFLINE_CORL to a checkout of CORL")
+def test_corls_conservative_term_is_the_joint_estimator():
+    """CORL's ``_q_loss`` on its own networks and a hopper-medium batch: its mean log-sum-exp per critic
+    is ours with ``lse_mode=joint`` from the same draws (``benchmarks/vs_corl.py``), not the per-repeat one."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from vs_corl import corl_estimator
+
+    got = corl_estimator(CORL)
+    torch.testing.assert_close(got["joint"], got["corl"], rtol=1e-5, atol=1e-5)
+    assert (got["per_repeat"] < got["corl"] - math.log(10) + 1e-4).all()

@@ -75,7 +75,8 @@ def small(agent_cls, rollout=None, **settings):
 #
 # CQL: OfflineRL-Kit's settings (w = 5, T = 1, R = 10, the joint log-sum-exp) at 2 x 128 (Kit: 3 x 256;
 # the shared widths) and gamma 0.95, on pendulum-medium for 40 x 250 updates: seed 0 ended at 95.6
-# (evaluations 3.8, 51.9, 82.1, 73.9, 85.3, 87.4, 96.9, 95.8, 92.9, 98.0) against the data's 39.0.
+# (evaluations 3.8, 51.9, 82.1, 73.9, 85.3, 87.4, 96.9, 95.8, 92.9, 98.0) against the data's 39.0;
+# seeds 1 and 2 ended at 91.6 and 74.7 (`python benchmarks/learning_seeds.py --agents cql --seeds 1 2`).
 def model_free(agent_cls, **settings):
     config = dataclasses.replace(agent_cls.config_class(), hidden_size=128, gamma=0.95, **settings)
     return config, NoGeneratorConfig()
