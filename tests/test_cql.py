@@ -269,3 +269,16 @@ def test_corls_conservative_term_is_the_joint_estimator():
     got = corl_estimator(CORL)
     torch.testing.assert_close(got["joint"], got["corl"], rtol=1e-5, atol=1e-5)
     assert (got["per_repeat"] < got["corl"] - math.log(10) + 1e-4).all()
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("vs_offlinerlkit.py", ["--cql-update", "--offlinerlkit", "/nonexistent"], "error: --offlinerlkit must name a checkout of"),
+    ("vs_corl.py", ["--corl", "/nonexistent"], "error: --corl must name a checkout of"),
+])
+def test_the_side_by_side_scripts_refuse_a_folder_that_is_not_the_peers_checkout(script, args, message):
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / script), *args], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith(message) and done.stderr.count("\n") == 1, done.stderr
