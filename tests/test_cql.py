@@ -180,6 +180,35 @@ def test_the_orders_differ_and_the_modes_differ():
     assert not torch.allclose(results["kit"], results["per_repeat"], rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("max_q_backup, deterministic_backup", [(False, True), (False, False), (True, True)])
+def test_the_target_is_the_formula(max_q_backup, deterministic_backup):
+    """y = r + gamma (1 - d) min_i Qbar_i(s', a') (- alpha log pi without the deterministic backup), or with
+    the max backup min_i max_k Qbar_i(s', a'_k) over R samples per state (Kit's and the original code's)."""
+    torch.manual_seed(0)
+    config = CQLConfig(hidden_size=16, hidden_layers=2, num_repeats=4, max_q_backup=max_q_backup,
+                       deterministic_backup=deterministic_backup, init_alpha=0.5)
+    agent = CQL(3, 2, [-1.0, -1.0], [1.0, 1.0], config)
+    b = a_batch()
+    torch.manual_seed(3)
+    got = agent.critic_target(b["next_observations"], b["rewards"], b["terminals"])
+    torch.manual_seed(3)
+    with torch.no_grad():
+        if max_q_backup:
+            rows = []
+            repeated = b["next_observations"].repeat_interleave(4, 0)
+            actions, _ = agent.actor(repeated)
+            q = agent.target_critic(repeated, actions)  # (2, B R)
+            for s in range(len(b["rewards"])):
+                rows.append(min(q[i, 4 * s:4 * s + 4].max() for i in range(2)))
+            next_q = torch.stack(rows)
+        else:
+            actions, log_pi = agent.actor(b["next_observations"])
+            next_q = agent.target_critic(b["next_observations"], actions).min(0).values
+            if not deterministic_backup:
+                next_q = next_q - 0.5 * log_pi
+    torch.testing.assert_close(got, b["rewards"] + 0.99 * (1 - b["terminals"]) * next_q)
+
+
 @pytest.mark.parametrize("form", ["official", "corl"])
 def test_the_lagrange_multiplier_rises_while_the_gap_exceeds_the_threshold_and_falls_below_it(form):
     for threshold, direction in ((-100.0, 1), (100.0, -1)):
