@@ -12,7 +12,9 @@ our CQL's update against Kit's ``CQLPolicy.learn`` from the same weights, batche
 into it, and runs both on the same hopper-medium batches with the same torch seed before each update
 (both draw their samples in the same order), ours in the Kit-compatible setting
 (``lse_mode=per_repeat``) and, for contrast, in the default (``joint``); with and without the Lagrange
-variant. It prints the losses and the largest difference in any weight after each update.
+variant. It prints the losses and the largest difference in any weight after each update;
+``--kit-exact-log-det`` writes Kit's tanh log-determinant without its 1e-6 (in that process only), to
+attribute the actor's last difference.
 
 `parity.py` (beside this file) holds what the harnesses share: the common data split, the
 measurements, our side, the processes and the report; its docstring says what is measured.

@@ -29,7 +29,7 @@ actor pi, R = ``num_repeats``, w = ``cql_weight``, T = ``temperature``:
 
 ``update_order``: "kit" steps the actor, then alpha, then computes the critics' losses with the updated
 actor and alpha (OfflineRL-Kit); "corl" computes every loss from the networks as they were before the
-update, then steps alpha, the actor and the critics (CORL, as the original code). Every E[.] over the
+update, then steps alpha, the actor and the critics (CORL's, from young-geng/CQL). Every E[.] over the
 batch's rows becomes ``sum_b w_b (.)`` with per-row loss ``weights`` (`mbrl_offline.algorithms.weights`).
 
 The conservative term is `CQLRegulariser`: the 3R scores of any states and their log-sum-exp in
