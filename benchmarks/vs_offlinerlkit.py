@@ -1,9 +1,20 @@
-"""Our MOPO and MOBILE against OfflineRL-Kit's own code, learning side by side on the same arrays.
+"""Our MOPO and MOBILE against OfflineRL-Kit's own code, learning side by side on the same arrays; and
+our CQL's update against Kit's ``CQLPolicy.learn`` from the same weights, batches and draws.
 
     git clone https://github.com/yihaosun1124/OfflineRL-Kit /path/to/OfflineRL-Kit
     python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile \\
         --dataset hopper-medium halfcheetah-medium --seeds 0 1 2 [--jobs 2] [--results runs/parity]
     python benchmarks/vs_offlinerlkit.py --results runs/parity --report docs/parity.md
+    python benchmarks/vs_offlinerlkit.py --cql-update --offlinerlkit /path/to/OfflineRL-Kit [--updates 5]
+
+``--cql-update`` (`cql_update_main`) builds Kit's ``CQLPolicy`` as ``run_cql.py`` does (3 x 256
+``ActorProb``/``Critic``, w = 5, T = 1, R = 10, its learning rates), copies our CQL's initial weights
+into it, and runs both on the same hopper-medium batches with the same torch seed before each update
+(both draw their samples in the same order), ours in the Kit-compatible setting
+(``lse_mode=per_repeat``) and, for contrast, in the default (``joint``); with and without the Lagrange
+variant. It prints the losses and the largest difference in any weight after each update;
+``--kit-exact-log-det`` writes Kit's tanh log-determinant without its 1e-6 (in that process only), to
+attribute the actor's last difference.
 
 `parity.py` (beside this file) holds what the harnesses share: the common data split, the
 measurements, our side, the processes and the report; its docstring says what is measured.
@@ -224,8 +235,171 @@ def is_checkout(path: Path) -> bool:
     return (path / "offlinerlkit" / "dynamics" / "ensemble_dynamics.py").is_file()
 
 
+# ---------------------------------------------------------------------------------- CQL, one update
+def kit_cql_policy(checkout, agent, with_lagrange: bool = False):
+    """OfflineRL-Kit's ``CQLPolicy`` built as ``run_cql.py`` builds it, for ``agent``'s sizes and
+    settings, holding ``agent``'s weights (Kit's actor's two heads are our actor's one output layer)."""
+    import types
+    import_offlinerlkit(Path(checkout))
+    from offlinerlkit.modules import ActorProb, Critic, TanhDiagGaussian
+    from offlinerlkit.nets import MLP
+    from offlinerlkit.policy import CQLPolicy
+
+    cfg, obs_dim, act_dim = agent.config, agent.obs_dim, agent.act_dim
+    hidden = [cfg.hidden_size] * cfg.hidden_layers
+    high = agent.actor.action_scale.numpy() + agent.actor.action_offset.numpy()
+    backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
+    dist = TanhDiagGaussian(latent_dim=backbone.output_dim, output_dim=act_dim, unbounded=True, conditioned_sigma=True,
+                            max_mu=float(high[0]))
+    actor = ActorProb(backbone, dist, "cpu")
+    critics = [Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu") for _ in range(2)]
+    with torch.no_grad():
+        *ours, head = agent.actor.linears
+        for kit_layer, layer in zip([m for m in backbone.model if isinstance(m, torch.nn.Linear)], ours):
+            kit_layer.weight.copy_(layer.weight)
+            kit_layer.bias.copy_(layer.bias)
+        dist.mu.weight.copy_(head.weight[:act_dim])
+        dist.mu.bias.copy_(head.bias[:act_dim])
+        dist.sigma.weight.copy_(head.weight[act_dim:])
+        dist.sigma.bias.copy_(head.bias[act_dim:])
+        for i, critic in enumerate(critics):
+            kit_layers = [m for m in critic.backbone.model if isinstance(m, torch.nn.Linear)] + [critic.last]
+            for kit_layer, layer in zip(kit_layers, agent.critic.net.linears):
+                kit_layer.weight.copy_(layer.weight[i].t())
+                kit_layer.bias.copy_(layer.bias[i, 0])
+    log_alpha = torch.full((1,), agent.log_alpha.item(), requires_grad=True)
+    alpha = (agent.target_entropy, log_alpha, torch.optim.Adam([log_alpha], lr=cfg.alpha_lr))
+    space = types.SimpleNamespace(low=-high, high=high)
+    return CQLPolicy(actor, critics[0], critics[1], torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr),
+                     torch.optim.Adam(critics[0].parameters(), lr=cfg.critic_lr),
+                     torch.optim.Adam(critics[1].parameters(), lr=cfg.critic_lr), action_space=space, tau=cfg.tau,
+                     gamma=cfg.gamma, alpha=alpha, cql_weight=cfg.cql_weight, temperature=cfg.temperature,
+                     max_q_backup=cfg.max_q_backup, deterministic_backup=cfg.deterministic_backup,
+                     with_lagrange=with_lagrange, lagrange_threshold=cfg.lagrange_threshold,
+                     cql_alpha_lr=cfg.cql_alpha_lr, num_repeart_actions=cfg.num_repeats)
+
+
+def kit_weights(policy) -> dict[str, torch.Tensor]:
+    """Kit's actor, critics and target critics in our layout (`CQL`'s modules' parameters, flattened)."""
+    backbone = [m for m in policy.actor.backbone.model if isinstance(m, torch.nn.Linear)]
+    dist = policy.actor.dist_net
+    actor = [t for layer in backbone for t in (layer.weight, layer.bias)]
+    actor += [torch.cat([dist.mu.weight, dist.sigma.weight]), torch.cat([dist.mu.bias, dist.sigma.bias])]
+
+    def critics(c1, c2):
+        layers = [[m for m in c.backbone.model if isinstance(m, torch.nn.Linear)] + [c.last] for c in (c1, c2)]
+        return [t for a, b in zip(*layers) for t in (torch.stack([a.weight.t(), b.weight.t()]),
+                                                     torch.stack([a.bias, b.bias])[:, None])]
+    return {"actor": torch.cat([t.detach().flatten() for t in actor]),
+            "critic": torch.cat([t.detach().flatten() for t in critics(policy.critic1, policy.critic2)]),
+            "target_critic": torch.cat([t.detach().flatten() for t in critics(policy.critic1_old, policy.critic2_old)]),
+            "log_alpha": policy._log_alpha.detach().flatten(), "log_alpha_prime": policy.cql_log_alpha.detach().flatten()}
+
+
+def our_weights(agent) -> dict[str, torch.Tensor]:
+    return {name: torch.cat([p.detach().flatten() for p in getattr(agent, name).parameters()])
+            for name in ("actor", "critic", "target_critic")} | {"log_alpha": agent.log_alpha.detach().flatten(),
+                                                                 "log_alpha_prime": agent.log_alpha_prime.detach().flatten()}
+
+
+def cql_batches(count: int, rows: int = 256, seed: int = 0):
+    """``count`` batches of hopper-medium rows: ours and Kit's (rewards and terminals as columns)."""
+    from mbrl_offline import load_dataset
+    data = load_dataset("hopper-medium")
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        idx = rng.integers(0, len(data), rows)
+        ours = {k: torch.as_tensor(getattr(data, k)[idx]).float()
+                for k in ("observations", "actions", "next_observations", "rewards", "terminals")}
+        yield ours, {**ours, "rewards": ours["rewards"][:, None], "terminals": ours["terminals"][:, None]}
+
+
+def cql_side_by_side(checkout, lse_mode: str, with_lagrange: bool = False, updates: int = 3, seed: int = 0) -> list[dict]:
+    """Our CQL (Kit's settings, ``lse_mode``) and Kit's ``CQLPolicy`` from the same weights, updated on
+    the same batches with the same torch seed before each update: per update, each side's critic loss
+    (TD + conservative, both critics), the largest weight difference per module, and the relative
+    difference of the update itself, |delta_ours - delta_kit| / |delta_kit|."""
+    from mbrl_offline.algorithms.cql import CQL, CQLConfig
+    from mbrl_offline.data.envs import get_env_info
+    env = get_env_info("hopper")
+    low, high = env.action_bounds()
+    torch.manual_seed(seed)
+    agent = CQL(env.obs_dim, env.act_dim, low, high, CQLConfig(lse_mode=lse_mode, with_lagrange=with_lagrange))
+    kit = kit_cql_policy(checkout, agent, with_lagrange)
+    rows = []
+    for t, (ours_batch, kit_batch) in enumerate(cql_batches(updates, seed=seed)):
+        before_ours, before_kit = our_weights(agent), kit_weights(kit)
+        torch.manual_seed(1000 + t)
+        kit_out = kit.learn(kit_batch)
+        torch.manual_seed(1000 + t)
+        ours_out = agent.update(ours_batch)
+        after_ours, after_kit = our_weights(agent), kit_weights(kit)
+        row = {"update": t + 1, "kit_critic_loss": kit_out["loss/critic1"] + kit_out["loss/critic2"],
+               "our_critic_loss": float(ours_out["critic_loss"] + ours_out["cql_loss"]),
+               "kit_actor_loss": kit_out["loss/actor"], "our_actor_loss": float(ours_out["actor_loss"])}
+        for name in after_ours:
+            step_kit, step_ours = after_kit[name] - before_kit[name], after_ours[name] - before_ours[name]
+            row[f"{name}_max_diff"] = float((after_ours[name] - after_kit[name]).abs().max())
+            if step_kit.norm() > 0:
+                row[f"{name}_step_rel_diff"] = float((step_ours - step_kit).norm() / step_kit.norm())
+        rows.append(row)
+    return rows
+
+
+def kit_conservative_terms(checkout) -> dict[str, torch.Tensor]:
+    """Kit's critic loss (both critics, TD + conservative) on one update from fixed weights and batch,
+    and ours from the same weights and draws with ``lse_mode`` per_repeat and joint: Kit's equals the
+    per-repeat one (the TD parts are the same)."""
+    out = {}
+    for mode in ("per_repeat", "joint"):
+        row = cql_side_by_side(checkout, mode, updates=1)[0]
+        out[mode], out["kit"] = torch.tensor(row["our_critic_loss"]), torch.tensor(row["kit_critic_loss"])
+    return out
+
+
+def exact_kit_log_det() -> None:
+    """Replace Kit's ``TanhNormalWrapper.log_prob``, which takes log(max (1 - tanh(u)^2) + 1e-6), with the
+    exact log-determinant ours computes, in this process only: what is left of the actor's difference
+    is then rounding (``--kit-exact-log-det``)."""
+    from offlinerlkit.modules import dist_module
+
+    def log_prob(self, action, raw_action=None):
+        raw = self.arctanh(action / self._max_action) if raw_action is None else raw_action
+        gaussian = torch.distributions.Normal.log_prob(self, raw).sum(-1, keepdim=True)
+        log_det = 2 * (np.log(2) - raw - torch.nn.functional.softplus(-2 * raw)) + np.log(self._max_action)
+        return gaussian - log_det.sum(-1, keepdim=True)
+
+    dist_module.TanhNormalWrapper.log_prob = log_prob
+
+
+def cql_update_main(argv) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(description="our CQL's update against OfflineRL-Kit's CQLPolicy.learn")
+    parser.add_argument("--cql-update", action="store_true")
+    parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
+    parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--kit-exact-log-det", action="store_true",
+                        help="Kit's tanh log-determinant without its 1e-6, to attribute the actor's difference")
+    args = parser.parse_args(argv)
+    if not (Path(args.offlinerlkit) / "offlinerlkit" / "policy" / "model_free" / "cql.py").is_file():
+        parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; "
+                       "clone it and pass its path.\n")
+    torch.set_num_threads(1)
+    if args.kit_exact_log_det:
+        import_offlinerlkit(Path(args.offlinerlkit))
+        exact_kit_log_det()
+    for lagrange in (False, True):
+        for mode in ("per_repeat", "joint"):
+            print(f"lse_mode={mode} with_lagrange={lagrange}")
+            for row in cql_side_by_side(args.offlinerlkit, mode, lagrange, args.updates):
+                print("  " + "  ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
+
+
 PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
                    algos=("mopo", "mobile"), is_checkout=is_checkout, run=run_offlinerlkit, script=__file__)
 
 if __name__ == "__main__":
-    parity.main(PEER, __doc__.split("\n")[0])
+    if "--cql-update" in sys.argv[1:]:
+        cql_update_main(sys.argv[1:])
+    else:
+        parity.main(PEER, __doc__.split("\n")[0])

@@ -43,7 +43,7 @@ def test_train_then_evaluate(tmp_path, device):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: coplanner, iql, mobile, mopo, neubay, ravl, td3bc."),
+    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: coplanner, cql, iql, mobile, mopo, neubay, ravl, td3bc."),
     ("env=hoper", "error: unknown env 'hoper'. Did you mean 'hopper'? Known: ant, halfcheetah, hopper,"),
     ("algo.etta=1", "error: unknown setting 'algo.etta'. Did you mean 'algo.eta'? Valid: num_critics, eta,"),
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
