@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from mbrl_offline import build_run, load_dataset
-from mbrl_offline.algorithms import IQL, MOBILE, MOPO, NEUBAY, RAVL, TD3BC, COPlanner
+from mbrl_offline.algorithms import EDAC, IQL, MOBILE, MOPO, NEUBAY, RAVL, TD3BC, COPlanner
 from mbrl_offline.generators import NoGeneratorConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
 from mbrl_offline.trainer import TrainerConfig
@@ -119,6 +119,7 @@ CASES = {
     "mopo": (MOPO, lambda: small(MOPO), "pendulum-medium", 60),
     "mobile": (MOBILE, lambda: small(MOBILE, rollout={"horizon": 5}, target_floor=None), "pendulum-medium", 60),
     "coplanner": (COPlanner, lambda: small(COPlanner, alpha_lr=3e-4), "pendulum-medium", 60),
+    "edac": (EDAC, lambda: model_free(EDAC), "pendulum-medium-replay", 80),
     "td3bc": (TD3BC, lambda: model_free(TD3BC, alpha=10.0), "pendulum-medium", 80),
     "iql": (IQL, lambda: model_free(IQL), "pendulum-medium-replay", 80),
 }

@@ -23,11 +23,11 @@ with its initialisation (``init="edac-official"``), Adam at 3e-4 for actor, crit
 alpha optimiser takes the policy's rate), gamma 0.99, tau 5e-3 every update, alpha from 1 tuned
 towards -|A|, batch 256, 3000 epochs of 1000 updates, the entropy term in the target, every loss
 computed from the networks before the update (``update_order="official"``), evaluation with the
-policy's mode. N and eta are the paper's per-dataset settings (the same in OfflineRL-Kit's
-``run_edac.py`` and CORL's configs): N = 10, eta = 1 by default (halfcheetah and walker2d),
-``mbrl_offline/configs/preset/edac-*.yaml`` for the rest (hopper N = 50; medium-expert eta = 5 for
-halfcheetah and walker2d). The official script's own default is eta = -1 (SAC-N); its README runs EDAC
-by passing ``--eta``.
+policy's mode. N and eta are set per dataset; OfflineRL-Kit's ``run_edac.py`` and CORL's configs
+agree on the values for the D4RL v2 locomotion datasets: N = 10, eta = 1 (the defaults here) for
+halfcheetah and walker2d, N = 50 for hopper, eta = 5 for halfcheetah- and walker2d-medium-expert
+(``mbrl_offline/configs/preset/edac-<env>-<dataset>.yaml``; neither has random datasets). The official
+script's own default is eta = -1 (SAC-N); its README runs EDAC by passing ``--num_qs`` and ``--eta``.
 
 OfflineRL-Kit's ``EDACPolicy`` differs from the official code in settings only, each of which is one
 here: ``EDACConfig.offlinerlkit()`` (actor and alpha learning rates 1e-4, alpha capped at 1

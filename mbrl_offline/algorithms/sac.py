@@ -2,9 +2,9 @@
 
 N = 2 is the usual clipped double-Q SAC, which the dataset collector trains as the behaviour policy;
 larger N with the min over all critics is SAC-N, and ``eta > 0`` adds EDAC's gradient-diversity
-term: the core of RAVL, MOPO, MOBILE and COPlanner here.
+term: the core of EDAC, RAVL, MOPO, MOBILE and COPlanner here.
 
-Per update, in the order of CORL's EDAC and the official RAVL code:
+Per update, in the order of CORL's EDAC and the official RAVL code (``update_order="corl"``):
 
 1. alpha:  L(log a) = -log a * E[log pi(a|s) + H_target],           H_target = -|A|
 2. actor:  L(pi)   = E[a log pi(a|s) - min_i Q_i(s, a)],            a ~ pi(.|s)
@@ -12,6 +12,12 @@ Per update, in the order of CORL's EDAC and the official RAVL code:
             y = r + gamma (1 - terminal) (min_i Qbar_i(s', a') - a log pi(a'|s')),  a' ~ pi(.|s'),
             g_i = grad_a Q_i(s, a) / (|grad_a Q_i(s, a)| + 1e-10)   (EDAC, on the update's own batch)
 4. Polyak averaging of the target critics with rate tau.
+
+``update_order="official"`` (the official EDAC code's) computes every loss from the networks as they
+were before the update: the actor's with alpha before its step, the critics' target with the actor
+and alpha before theirs. ``update_order="offlinerlkit"`` (OfflineRL-Kit's SAC and EDAC) takes the
+actor's loss with alpha before its step and the target after both steps. ``alpha_max`` caps the alpha
+the losses use (OfflineRL-Kit: 1).
 
 Every E[.] above is a mean over the batch's rows; a batch with per-row loss weights (``weights``, from
 the ``weights`` mixing rule) takes ``sum_b w_b (.)`` instead (`mbrl_offline.algorithms.weights`).
