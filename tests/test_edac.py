@@ -103,7 +103,7 @@ def test_the_orders_differ():
 
 def test_alpha_max_caps_the_alpha_the_losses_use():
     agent = small_agent(init_alpha=3.0, alpha_max=1.0)
-    assert float(agent.alpha) == 1.0 and math.isclose(float(agent.log_alpha.exp()), 3.0, rel_tol=1e-6)
+    assert float(agent.alpha) == 1.0 and math.isclose(float(agent.log_alpha.detach().exp()), 3.0, rel_tol=1e-6)
     assert float(small_agent(init_alpha=3.0).alpha) == pytest.approx(3.0)
 
 
@@ -159,7 +159,7 @@ def test_one_update_equals_offlinerlkits_edac_policy(exact_log_det):
                                                           exact_log_det=exact_log_det):
         for name, (value, scale) in result.items():
             if name.endswith("(elements)"):
-                assert value <= 1e-4 * scale, (name, value, scale)
+                assert value <= (1e-5 if exact_log_det else 1e-3) * scale, (name, value, scale)
             elif name.endswith("at those"):
                 assert value <= (1e-7 if exact_log_det else 1e-6), (name, value)
             elif name.endswith(": weights") and not name.startswith("log alpha"):
