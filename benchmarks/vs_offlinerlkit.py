@@ -1,5 +1,6 @@
-"""Our MOPO and MOBILE against OfflineRL-Kit's own code, learning side by side on the same arrays; and
-our CQL's update against Kit's ``CQLPolicy.learn`` from the same weights, batches and draws.
+"""Our MOPO and MOBILE against OfflineRL-Kit's own code, learning side by side on the same arrays; our
+CQL's update against Kit's ``CQLPolicy.learn`` and our EDAC's against Kit's ``EDACPolicy``, from the same
+weights, batches and draws.
 
     git clone https://github.com/yihaosun1124/OfflineRL-Kit /path/to/OfflineRL-Kit
     python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile \\
@@ -15,6 +16,15 @@ into it, and runs both on the same hopper-medium batches with the same torch see
 variant. It prints the losses and the largest difference in any weight after each update;
 ``--kit-exact-log-det`` writes Kit's tanh log-determinant without its 1e-6 (in that process only), to
 attribute the actor's last difference.
+    python benchmarks/vs_offlinerlkit.py --edac-update --offlinerlkit /path/to/OfflineRL-Kit \\
+        [--dataset hopper-medium] [--num-critics 10] [--eta 1.0] [--updates 1]
+
+``--edac-update`` builds Kit's EDAC as ``run_edac.py`` does (``ActorProb`` with a 3x256 ``MLP`` and
+``TanhDiagGaussian``, ``EnsembleCritic`` with the script's init, Adam at Kit's rates, ``EDACPolicy``)
+and ours with ``EDACConfig.offlinerlkit()``, copies Kit's weights into ours, and runs both on the same
+batches of dataset rows with the same torch seed before each update (both draw their policy noise in
+the same order): it prints, per update, the largest difference of each parameter group and of the
+losses and alpha, beside the largest change that update made (`edac_update_differences`).
 
 `parity.py` (beside this file) holds what the harnesses share: the common data split, the
 measurements, our side, the processes and the report; its docstring says what is measured.
@@ -231,6 +241,172 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
             "dynamics_holdout_log": dynamics_log, "code": str(checkout), "offlinerlkit_path": kit.__file__}
 
 
+# ---------------------------------------------------------------------------------- EDAC: update by update
+def edac_update_differences(checkout: Path, dataset: str = "hopper-medium", num_critics: int = 10, eta: float = 1.0,
+                            hidden_size: int = 256, updates: int = 1, seed: int = 0, batch_size: int = 256,
+                            exact_log_det: bool = False) -> list[dict]:
+    """OfflineRL-Kit's ``EDACPolicy`` (built as ``run_edac.py`` builds it) and our EDAC with
+    ``EDACConfig.offlinerlkit()``, from the same weights (Kit's, copied into ours), on the same batches of
+    ``dataset`` rows, the torch seed set to the same value before each side's update. Per update, a dict
+    of ``quantity: (value, scale)``: the largest |ours - Kit| of the actor's and critics' gradients (beside
+    the largest |Kit's gradient|), of the actor, critics, target critics and log alpha after the update
+    (beside the largest change Kit's update made), of the losses and alpha (beside Kit's value); and
+    how many weights differ by more than 1e-6 (beside the count of weights) with the largest |Kit's
+    gradient| among them (beside the largest overall). Adam's first step moves a weight by about
+    lr * g / (|g| + 1e-8): where |g| is near 1e-8 it turns rounding into a visible part of the step.
+
+    ``exact_log_det``: Kit's tanh-Gaussian log-probability computes log(1 - tanh(u)^2 + 1e-6), ours the
+    exact log(1 - tanh(u)^2) (`mbrl_offline.models.networks.TanhGaussianActor`); with this flag Kit's
+    ``TanhNormalWrapper.log_prob`` is replaced, for this call only, by the exact form, so that what
+    remains is rounding."""
+    import_offlinerlkit(checkout)
+    from offlinerlkit.modules import dist_module
+
+    kit_log_prob = dist_module.TanhNormalWrapper.log_prob
+    if exact_log_det:
+        def exact_log_prob(self, action, raw_action=None):  # Kit's, with log(1 - tanh^2) computed exactly
+            if raw_action is None:
+                raw_action = self.arctanh(action / self._max_action)
+            gaussian = torch.distributions.Normal.log_prob(self, raw_action).sum(-1, keepdim=True)
+            log_det = 2 * (np.log(2) - raw_action - torch.nn.functional.softplus(-2 * raw_action)) + np.log(self._max_action)
+            return gaussian - log_det.sum(-1, keepdim=True)
+        dist_module.TanhNormalWrapper.log_prob = exact_log_prob
+    try:
+        return _edac_updates(dataset, num_critics, eta, hidden_size, updates, seed, batch_size)
+    finally:
+        dist_module.TanhNormalWrapper.log_prob = kit_log_prob
+
+
+def _edac_updates(dataset, num_critics, eta, hidden_size, updates, seed, batch_size) -> list[dict]:
+    from offlinerlkit.modules import ActorProb, EnsembleCritic, TanhDiagGaussian
+    from offlinerlkit.nets import MLP
+    from offlinerlkit.policy import EDACPolicy
+
+    from mbrl_offline import load_dataset
+    from mbrl_offline.algorithms.edac import EDAC, EDACConfig
+    from mbrl_offline.data.envs import get_env_info
+
+    data = load_dataset(dataset)
+    obs_dim, act_dim = data.obs_dim, data.act_dim
+    low, high = get_env_info(data.env_name).action_bounds()
+    torch.manual_seed(seed)
+    # run_edac.py
+    hidden = [hidden_size] * 3
+    backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
+    dist = TanhDiagGaussian(latent_dim=backbone.output_dim, output_dim=act_dim, unbounded=True,
+                            conditioned_sigma=True, max_mu=float(high[0]))
+    actor = ActorProb(backbone, dist, "cpu")
+    critics = EnsembleCritic(obs_dim, act_dim, hidden, num_ensemble=num_critics, device="cpu")
+    for layer in critics.model[::2]:
+        torch.nn.init.constant_(layer.bias, 0.1)
+    torch.nn.init.uniform_(critics.model[-1].weight, -3e-3, 3e-3)
+    torch.nn.init.uniform_(critics.model[-1].bias, -3e-3, 3e-3)
+    log_alpha = torch.zeros(1, requires_grad=True)
+    policy = EDACPolicy(actor, critics, torch.optim.Adam(actor.parameters(), lr=1e-4),
+                        torch.optim.Adam(critics.parameters(), lr=3e-4), tau=0.005, gamma=0.99,
+                        alpha=(-float(act_dim), log_alpha, torch.optim.Adam([log_alpha], lr=1e-4)),
+                        max_q_backup=False, deterministic_backup=False, eta=eta)
+
+    config = EDACConfig.offlinerlkit(num_critics=num_critics, eta=eta, hidden_size=hidden_size, hidden_layers=3,
+                                     batch_size=batch_size)
+    ours = EDAC(obs_dim, act_dim, low, high, config, "cpu")
+    kit_actor = [m for m in backbone.model if isinstance(m, torch.nn.Linear)]
+    kit_critics = list(critics.model[::2])
+
+    def kit_groups(grad: bool = False) -> dict[str, list[torch.Tensor]]:
+        """Kit's parameters (or their gradients), arranged as ours are: one (out, in) head for mu and sigma."""
+        get = (lambda p: p.grad) if grad else (lambda p: p.detach())
+        head = [torch.cat([get(dist.mu.weight), get(dist.sigma.weight)]), torch.cat([get(dist.mu.bias), get(dist.sigma.bias)])]
+        groups = {"actor": [get(p) for m in kit_actor for p in (m.weight, m.bias)] + head,
+                  "critics": [get(p) for m in kit_critics for p in (m.weight, m.bias)]}
+        if not grad:
+            groups["target critics"] = [p.detach() for m in list(policy.critics_old.model[::2]) for p in (m.weight, m.bias)]
+            groups["log alpha"] = [log_alpha.detach()[0]]
+        return groups
+
+    def our_groups(grad: bool = False) -> dict[str, list[torch.Tensor]]:
+        get = (lambda p: p.grad) if grad else (lambda p: p)
+        groups = {"actor": [get(p) for m in ours.actor.linears for p in (m.weight, m.bias)],
+                  "critics": [get(p) for m in ours.critic.net.linears for p in (m.weight, m.bias)]}
+        if not grad:
+            groups["target critics"] = [p for m in ours.target_critic.net.linears for p in (m.weight, m.bias)]
+            groups["log alpha"] = [ours.log_alpha]
+        return groups
+
+    with torch.no_grad():
+        for group, kit_params in kit_groups().items():
+            for mine, theirs in zip(our_groups()[group], kit_params):
+                mine.copy_(theirs.reshape(mine.shape))
+
+    rng = np.random.default_rng(seed)
+    results = []
+    for step in range(updates):
+        rows = rng.integers(0, len(data), batch_size)
+        arrays = {k: torch.as_tensor(getattr(data, k)[rows]) for k in
+                  ("observations", "actions", "next_observations", "rewards", "terminals")}
+        kit_batch = {**arrays, "rewards": arrays["rewards"][:, None].clone(),
+                     "terminals": arrays["terminals"].float()[:, None], "actions": arrays["actions"].clone()}
+        before = {group: [p.clone() for p in params] for group, params in kit_groups().items()}
+        torch.manual_seed(seed + 1 + step)
+        kit = policy.learn(kit_batch)
+        torch.manual_seed(seed + 1 + step)
+        mine = ours.update(arrays)
+        result = {}
+        for group, kit_grads in kit_groups(grad=True).items():  # this update's gradients (left in .grad)
+            pairs = [(a.detach(), b.reshape(a.shape)) for a, b in zip(our_groups(grad=True)[group], kit_grads)]
+            result[f"{group}: gradient"] = (max((a - b).abs().max().item() for a, b in pairs),
+                                            max(b.abs().max().item() for _, b in pairs))
+        for group, kit_params in kit_groups().items():
+            pairs = [(a.detach(), b.reshape(a.shape), c.reshape(a.shape))
+                     for a, b, c in zip(our_groups()[group], kit_params, before[group])]
+            result[f"{group}: weights"] = (max((a - b).abs().max().item() for a, b, _ in pairs),
+                                           max((b - c).abs().max().item() for _, b, c in pairs))
+            if group in ("actor", "critics"):  # the elements that differ, and how small their gradients are
+                grads = [g.reshape(a.shape) for g, (a, _, _) in zip(kit_groups(grad=True)[group], pairs)]
+                off = [(a - b).abs() > 1e-6 for a, b, _ in pairs]
+                result[f"{group}: weights off by > 1e-6 (elements)"] = (sum(int(o.sum()) for o in off),
+                                                                        sum(o.numel() for o in off))
+                result[f"{group}: largest |gradient| at those"] = (
+                    max([g[o].abs().max().item() for g, o in zip(grads, off) if o.any()], default=0.0),
+                    max(g.abs().max().item() for g in grads))
+        critic_loss = mine["critic_loss"] + eta * mine["diversity_loss"]
+        for name, (a, b) in {"actor loss": (mine["actor_loss"], kit["loss/actor"]),
+                             "critic loss (TD + eta x diversity)": (critic_loss, kit["loss/critics"]),
+                             "alpha": (mine["alpha"], kit["alpha"])}.items():
+            result[name] = (abs(float(a) - float(b)), abs(float(b)))
+        results.append(result)
+    return results
+
+
+def edac_update_main(argv: list[str]) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(description="our EDAC against OfflineRL-Kit's EDACPolicy, update by update")
+    parser.add_argument("--edac-update", action="store_true", required=True)
+    parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
+    parser.add_argument("--dataset", default="hopper-medium")
+    parser.add_argument("--num-critics", type=int, default=10)
+    parser.add_argument("--eta", type=float, default=1.0)
+    parser.add_argument("--hidden-size", type=int, default=256)
+    parser.add_argument("--updates", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--exact-log-det", action="store_true",
+                        help="Kit's log(1 - tanh^2 + 1e-6) replaced by the exact form ours computes, for this run")
+    args = parser.parse_args(argv)
+    if not is_checkout(Path(args.offlinerlkit)):
+        parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; clone it "
+                       "and pass its path.\n")
+    torch.set_num_threads(1)
+    results = edac_update_differences(Path(args.offlinerlkit), args.dataset, args.num_critics, args.eta,
+                                      args.hidden_size, args.updates, args.seed, exact_log_det=args.exact_log_det)
+    print(f"EDAC on {args.dataset}, N = {args.num_critics}, eta = {args.eta}, {args.hidden_size}-wide: ours "
+          f"(EDACConfig.offlinerlkit()) against OfflineRL-Kit's EDACPolicy from the same weights and batches"
+          + (", Kit's log-det made exact" if args.exact_log_det else ""))
+    print(f"{'update':>6}  {'quantity':<48} {'value':>10}  {'of':>10}")
+    for step, result in enumerate(results, 1):
+        for name, (value, scale) in result.items():
+            print(f"{step:>6}  {name:<48} {value:>10.3g}  {scale:>10.3g}")
+
+
 def is_checkout(path: Path) -> bool:
     return (path / "offlinerlkit" / "dynamics" / "ensemble_dynamics.py").is_file()
 
@@ -401,5 +577,7 @@ PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="git
 if __name__ == "__main__":
     if "--cql-update" in sys.argv[1:]:
         cql_update_main(sys.argv[1:])
+    elif "--edac-update" in sys.argv[1:]:
+        edac_update_main(sys.argv[1:])
     else:
         parity.main(PEER, __doc__.split("\n")[0])

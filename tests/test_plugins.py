@@ -105,7 +105,7 @@ def test_an_installed_plugin_trains_from_the_command_line(tmp_path):
     assert result.returncode == 0 and "kind: outside-jitter" in result.stdout, result.stderr[-2000:]
     result = run(env, str(ROOT / "examples" / "train.py"), "--help", cwd=tmp_path)
     shown = " ".join(result.stdout.split())  # the help is wrapped to the terminal's width
-    assert "algo=outside-bc: outside_family.BCConfig" in shown and " algo: coplanner, cql, iql, mobile, mopo, neubay, outside-bc," in shown
+    assert "algo=outside-bc: outside_family.BCConfig" in shown and " algo: coplanner, cql, edac, iql, mobile, mopo, neubay, outside-bc," in shown
     assert "generator=outside-jitter: outside_family.JitterConfig" in shown
     # a misspelt name is refused in one line that offers the plugin's
     result = run(env, str(ROOT / "examples" / "train.py"), "algo=outside-cb", "env=pendulum", cwd=tmp_path)

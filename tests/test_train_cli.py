@@ -43,13 +43,18 @@ def test_train_then_evaluate(tmp_path, device):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: coplanner, cql, iql, mobile, mopo, neubay, ravl, td3bc."),
+    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: coplanner, cql, edac, iql, mobile, mopo, neubay, ravl, td3bc."),
     ("env=hoper", "error: unknown env 'hoper'. Did you mean 'hopper'? Known: ant, halfcheetah, hopper,"),
     ("algo.etta=1", "error: unknown setting 'algo.etta'. Did you mean 'algo.eta'? Valid: num_critics, eta,"),
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
     ("generator.rollout.horizon=[1", "error: cannot parse the override: no viable alternative at input '[1'"),
     ("budget=slow", "error: unknown budget 'slow'. Known: paper, quick."),
-    ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac."),
+    ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac, edac-official, offlinerlkit."),
+    ("algo=edac algo.eta=-1", "error: algo.eta must be at least 0, got -1.0."),
+    ("algo=edac algo.update_order=rlkit", "error: algo.update_order must be one of corl, official, offlinerlkit, got 'rlkit'."),
+    ("algo=edac algo.alpha_max=0", "error: algo.alpha_max must be above 0, got 0.0."),
+    ("algo=edac preset=edac-hopper-medium env=walker2d", "error: that preset holds the settings published for "
+                                                          "hopper-medium, not for env walker2d; use env=hopper"),
     ("generator.mixing.real_ratio=1.5", "error: mixing.real_ratio must be between 0 and 1, got 1.5."),
     ("generator.mixing.rule=half", "error: unknown mixing rule 'half'; choose one of fraction, counts, weights, tape."),
     ("generator.rollout.horizon=0", "error: rollout.horizon must be at least 1, got 0."),

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mbrl_offline.algorithms import (COPlannerConfig, IQLConfig, MOBILEConfig, MOPOConfig, OfflineRLKitSACConfig,
+from mbrl_offline.algorithms import (COPlannerConfig, EDACConfig, IQLConfig, MOBILEConfig, MOPOConfig, OfflineRLKitSACConfig,
                                      RAVLConfig, SACConfig, TD3BCConfig)
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.collect import CollectConfig, collect
@@ -32,12 +32,12 @@ CONFIGS = CONFIG_DIR
 NAN = float("nan")
 
 # ------------------------------------------------------------------------------ setting ranges
-SAC_FAMILY = (SACConfig, OfflineRLKitSACConfig, RAVLConfig, MOPOConfig, MOBILEConfig, COPlannerConfig)
+SAC_FAMILY = (SACConfig, OfflineRLKitSACConfig, EDACConfig, RAVLConfig, MOPOConfig, MOBILEConfig, COPlannerConfig)
 SAC_BAD = [("num_critics", 0), ("eta", -0.1), ("eta", NAN), ("hidden_size", 0), ("hidden_layers", 0),
            ("init", "xavier"), ("actor_lr", 0.0), ("actor_lr", -3e-4), ("critic_lr", -1.0), ("critic_lr", math.inf),
            ("alpha_lr", 0.0), ("gamma", 99.0), ("gamma", 0.0), ("gamma", NAN), ("tau", 0.0), ("tau", 1.5),
            ("init_alpha", 0.0), ("init_alpha", -1.0), ("target_entropy", NAN), ("batch_size", 0),
-           ("batch_size", 2.5)]
+           ("batch_size", 2.5), ("update_order", "rlkit"), ("alpha_max", 0.0), ("alpha_max", -1.0)]
 # (config class, field, a value out of its range); every numeric or named-choice field of every
 # config class has at least one row (test_the_table_covers_every_setting).
 BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SAC_BAD] + [

@@ -19,6 +19,11 @@ updates on batches of 256 with 5% real transitions. Defaults are the official co
 ratio) are settings here (``algo.num_critics``, ``algo.eta``, ``generator.rollout.horizon``,
 ``generator.mixing.real_ratio``).
 
+The learner is `mbrl_offline.algorithms.edac.EDAC` (``algo=edac``, EDAC on the dataset alone): RAVL
+is that class with the official RAVL code's defaults (CORL's EDAC: its initialisation ``init="edac"``
+and its update order ``update_order="corl"``, where EDAC's defaults follow the official EDAC code)
+and the generator it was published with.
+
 Differences from the official code, none of which changes the losses:
 
 * the update runs in the shared SAC-N/EDAC core (`mbrl_offline.algorithms.sac`), which computes the
@@ -37,19 +42,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from mbrl_offline.algorithms.edac import EDAC, EDACConfig
 from mbrl_offline.algorithms.model_based import mbpo_rollouts
-from mbrl_offline.algorithms.sac import SAC, SACConfig
 from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
 from mbrl_offline.registry import register_agent
 
 
 @dataclass
-class RAVLConfig(SACConfig):
+class RAVLConfig(EDACConfig):
     # Critic ensemble and EDAC (the paper tunes num_critics and eta per dataset).
     num_critics: int = 10  # N: critics in the ensemble; targets and the actor use the min over all N
     eta: float = 1.0  # weight of EDAC's gradient-diversity term; 0 gives SAC-N
-    # Networks: 3 hidden layers of 256 ReLU units for actor and critics, EDAC's initialisation.
+    # Networks: 3 hidden layers of 256 ReLU units for actor and critics, CORL's EDAC initialisation.
     hidden_size: int = 256
     hidden_layers: int = 3
     init: str = "edac"
@@ -62,14 +67,19 @@ class RAVLConfig(SACConfig):
     init_alpha: float = 1.0
     auto_alpha: bool = True
     target_entropy: Optional[float] = None  # None: -|A|
+    deterministic_backup: bool = False
     batch_size: int = 256
+    # CORL's order (alpha, actor, then the critics from the updated actor and alpha), alpha uncapped.
+    update_order: str = "corl"
+    alpha_max: Optional[float] = None
     fused_adam: bool = True  # one fused kernel per optimiser step (rounds differently; same maths)
 
 
 @register_agent
-class RAVL(SAC):
-    """A RAVL agent: the SAC-N/EDAC learner. Its generator (`published_generator`) is built and run
-    by the trainer: `mbrl_offline.build_run` (``examples/train.py algo=ravl``) composes both."""
+class RAVL(EDAC):
+    """A RAVL agent: the EDAC learner (`mbrl_offline.algorithms.edac.EDAC`) with the official RAVL
+    code's defaults. Its generator (`published_generator`) is built and run by the trainer:
+    `mbrl_offline.build_run` (``examples/train.py algo=ravl``) composes both."""
 
     name = "ravl"
     # what it is, for the docs' tables

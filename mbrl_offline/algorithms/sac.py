@@ -2,9 +2,9 @@
 
 N = 2 is the usual clipped double-Q SAC, which the dataset collector trains as the behaviour policy;
 larger N with the min over all critics is SAC-N, and ``eta > 0`` adds EDAC's gradient-diversity
-term: the core of RAVL, MOPO, MOBILE and COPlanner here.
+term: the core of EDAC, RAVL, MOPO, MOBILE and COPlanner here.
 
-Per update, in the order of CORL's EDAC and the official RAVL code:
+Per update, in the order of CORL's EDAC and the official RAVL code (``update_order="corl"``):
 
 1. alpha:  L(log a) = -log a * E[log pi(a|s) + H_target],           H_target = -|A|
 2. actor:  L(pi)   = E[a log pi(a|s) - min_i Q_i(s, a)],            a ~ pi(.|s)
@@ -12,6 +12,12 @@ Per update, in the order of CORL's EDAC and the official RAVL code:
             y = r + gamma (1 - terminal) (min_i Qbar_i(s', a') - a log pi(a'|s')),  a' ~ pi(.|s'),
             g_i = grad_a Q_i(s, a) / (|grad_a Q_i(s, a)| + 1e-10)   (EDAC, on the update's own batch)
 4. Polyak averaging of the target critics with rate tau.
+
+``update_order="official"`` (the official EDAC code's) computes every loss from the networks as they
+were before the update: the actor's with alpha before its step, the critics' target with the actor
+and alpha before theirs. ``update_order="offlinerlkit"`` (OfflineRL-Kit's SAC and EDAC) takes the
+actor's loss with alpha before its step and the target after both steps. ``alpha_max`` caps the alpha
+the losses use (OfflineRL-Kit: 1).
 
 Every E[.] above is a mean over the batch's rows; a batch with per-row loss weights (``weights``, from
 the ``weights`` mixing rule) takes ``sum_b w_b (.)`` instead (`mbrl_offline.algorithms.weights`).
@@ -104,6 +110,9 @@ def critic_losses(q: torch.Tensor, action_grad: Optional[torch.Tensor], target: 
     return td, diversity, (d_q, d_grad)
 
 
+UPDATE_ORDERS = ("corl", "official", "offlinerlkit")  # SACConfig.update_order
+
+
 @dataclass
 class SACConfig:
     num_critics: int = 2  # N: size of the critic ensemble; targets and the actor use the min over all N
@@ -124,6 +133,12 @@ class SACConfig:
     deterministic_backup: bool = False  # leave the entropy term -alpha log pi out of the critic target (MOBILE)
     actor_lr_cosine: bool = False  # anneal the actor's learning rate to 0 over the run's epochs (OfflineRL-Kit)
     cuda_graph: bool = True  # on a CUDA device, record the update once and replay it as a CUDA graph (see `SAC`)
+    # Which networks each loss reads (`UPDATE_ORDERS`): "corl" (CORL's and RAVL's order: alpha, then the
+    # actor with the new alpha, then the critics' target from the updated actor and alpha), "official"
+    # (the official EDAC code's: every loss from the networks as they were before the update) or
+    # "offlinerlkit" (the actor with the alpha before its step, the target from the updated actor and alpha).
+    update_order: str = "corl"
+    alpha_max: Optional[float] = None  # the losses use min(alpha, alpha_max) (OfflineRL-Kit's SAC and EDAC: 1); None: no cap
 
     def __post_init__(self):
         check_field_types(self, "algo")  # types first; nested mappings become configs
@@ -137,6 +152,9 @@ class SACConfig:
             raise ConfigError(f"eta = {self.eta} needs eta >= 0, and at least 2 critics when eta > 0 "
                               f"(num_critics = {self.num_critics}).")
         check_init(self.init)
+        if self.update_order not in UPDATE_ORDERS:
+            raise ConfigError(f"algo.update_order must be one of {', '.join(UPDATE_ORDERS)}, got '{self.update_order}'.")
+        require_above_zero(self, "alpha_max")
 
 
 class SAC(FeedForwardAgent):
@@ -185,7 +203,9 @@ class SAC(FeedForwardAgent):
 
     @property
     def alpha(self) -> torch.Tensor:
-        return self.log_alpha.detach().exp()
+        """The entropy temperature the losses use: exp(log alpha), at most ``alpha_max`` where set."""
+        alpha = self.log_alpha.detach().exp()
+        return alpha if self.config.alpha_max is None else alpha.clamp(max=self.config.alpha_max)
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = False) -> np.ndarray:
@@ -232,11 +252,17 @@ class SAC(FeedForwardAgent):
         # Actor (and alpha from the same sample), with hand-written gradients: no autograd graph.
         new_actions, log_prob, actor_backward = self.actor.sample_with_backward(obs)
         rows = len(log_prob)
+        order = cfg.update_order
+        if order != "corl":
+            alpha = self.alpha  # the actor's loss reads the alpha before this update's step
+            if order == "official":  # ... and so does the critics' target, with the actor before its step
+                target = self.critic_target(batch, alpha)
         if self.alpha_optim is not None:
             # d/d(log a) of -log a * mean(log pi + H_target)
             self.log_alpha.grad = batch_mean(log_prob + self.target_entropy, weights).neg_()
             self.alpha_optim.step()
-        alpha = self.alpha
+        if order == "corl":
+            alpha = self.alpha
         # d(-min_i Q_i)/da is the minimising critic's action gradient, from an explicit pass for that
         # critic only: L(pi) = mean(alpha log pi - min_i Q_i) has dL/da = -grad_a min_i Q_i / B and
         # dL/dlog pi = alpha / B (with weights: w_b in place of 1 / B, row by row).
@@ -250,7 +276,8 @@ class SAC(FeedForwardAgent):
 
         # Critics: the losses' gradients in q and in the action gradients, by hand (`critic_losses`),
         # then one backward through the critic ensemble.
-        target = self.critic_target(batch, alpha)
+        if order != "official":  # the target from the updated actor and alpha
+            target = self.critic_target(batch, self.alpha)
         if cfg.eta > 0:
             q, action_grad = self.critic.q_and_action_gradient(obs, actions)
             outputs = (q, action_grad)
@@ -269,7 +296,7 @@ class SAC(FeedForwardAgent):
             "critic_loss": td_loss.detach(),
             "diversity_loss": diversity.detach(),
             "actor_loss": actor_loss.detach(),
-            "alpha": alpha,
+            "alpha": self.alpha,
             "q_mean": q.mean(),
             "q_std": q.std(dim=0).mean() if cfg.num_critics > 1 else torch.zeros((), device=self.device),
             "entropy": -log_prob.mean(),

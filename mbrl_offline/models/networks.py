@@ -20,7 +20,7 @@ def mlp(in_features: int, out_features: int, hidden_size: int, hidden_layers: in
     return nn.Sequential(*layers)
 
 
-INITS = ("torch", "edac")
+INITS = ("torch", "edac", "edac-official", "offlinerlkit")
 
 
 def check_init(init: str) -> None:
@@ -32,10 +32,15 @@ def check_init(init: str) -> None:
 class CriticEnsemble(nn.Module):
     """N Q-functions Q_i(s, a), computed together: returns ``(N, B)``.
 
-    ``init="torch"``: every layer as `torch.nn.Linear`. ``init="edac"``: as the EDAC paper and CORL's
-    (and so RAVL's) code: hidden biases 0.1, output layer U(±3e-3), and weights U(±1/sqrt(fan)) where
-    fan is the layer's *output* width, because CORL applies ``kaiming_uniform_`` to each member's
-    ``(in, out)`` weight matrix, whose fan-in torch reads from the second dimension.
+    ``init="torch"``: every layer as `torch.nn.Linear`. ``init="edac"``: as CORL's EDAC (and so RAVL's)
+    code: hidden biases 0.1, output layer U(±3e-3), and weights U(±1/sqrt(fan)) where fan is the
+    layer's *output* width, because CORL applies ``kaiming_uniform_`` to each member's ``(in, out)``
+    weight matrix, whose fan-in torch reads from the second dimension. ``init="edac-official"``: as the
+    official EDAC code (rlkit's ``ParallelizedEnsembleFlattenMLP``): the same but for the hidden
+    weights, U(±1/sqrt(in)) (rlkit's ``fanin_init`` reads the first dimension of the ``(in, out)``
+    matrix). ``init="offlinerlkit"``: as OfflineRL-Kit's ``EnsembleCritic`` with the EDAC script's
+    changes: weights truncated-normal with std 1/(2 sqrt(in)) (cut at ±2, absolute, as
+    ``trunc_normal_``'s default), biases 0.1, output layer U(±3e-3).
     """
 
     def __init__(self, obs_dim: int, act_dim: int, num_critics: int, hidden_size: int = 256,
@@ -45,12 +50,15 @@ class CriticEnsemble(nn.Module):
         self.num_critics, self.obs_dim = num_critics, obs_dim
         self.net = EnsembleMLP(obs_dim + act_dim, 1, num_critics, hidden_size, hidden_layers,
                                layer_norm=layer_norm)
-        if init == "edac":
+        if init != "torch":
             with torch.no_grad():
                 *hidden, output = self.net.linears
                 for layer in hidden:
-                    bound = 1.0 / math.sqrt(layer.out_features)
-                    layer.weight.uniform_(-bound, bound)
+                    if init == "offlinerlkit":
+                        nn.init.trunc_normal_(layer.weight, std=1 / (2 * math.sqrt(layer.in_features)))
+                    else:  # CORL's fan is the output width, the official code's the input width
+                        bound = 1.0 / math.sqrt(layer.out_features if init == "edac" else layer.in_features)
+                        layer.weight.uniform_(-bound, bound)
                     layer.bias.fill_(0.1)
                 output.weight.uniform_(-3e-3, 3e-3)
                 output.bias.uniform_(-3e-3, 3e-3)
@@ -77,7 +85,11 @@ class TanhGaussianActor(nn.Module):
     tanh change of variables. ``action_low``/``action_high`` are the env's bounds.
 
     log(1 - tanh(u)^2) is computed exactly in a stable form; CORL and RAVL use log(1 - tanh(u)^2 + 1e-6),
-    which differs only where |u| is large. ``init`` as in `CriticEnsemble`."""
+    which differs only where |u| is large. ``init`` as in `CriticEnsemble`: "torch" and "offlinerlkit"
+    (OfflineRL-Kit's ``ActorProb``) leave torch's `nn.Linear` init; "edac" (CORL's EDAC actor) sets hidden
+    biases to 0.1 and the mean and log-std heads to U(±1e-3); "edac-official" (rlkit's
+    ``TanhGaussianPolicy``) does the same and draws the hidden weights from U(±1/sqrt(out)), rlkit's
+    ``fanin_init`` reading the first dimension of `nn.Linear`'s ``(out, in)`` weight."""
 
     log_std_min, log_std_max = -5.0, 2.0
 
@@ -86,10 +98,13 @@ class TanhGaussianActor(nn.Module):
         super().__init__()
         check_init(init)
         self.trunk = mlp(obs_dim, 2 * act_dim, hidden_size, hidden_layers)
-        if init == "edac":  # hidden biases 0.1, mean and log-std heads U(±1e-3), as CORL's EDAC actor
+        if init in ("edac", "edac-official"):  # hidden biases 0.1, mean and log-std heads U(±1e-3)
             with torch.no_grad():
                 *hidden, head = self.linears
                 for layer in hidden:
+                    if init == "edac-official":
+                        bound = 1.0 / math.sqrt(layer.out_features)
+                        layer.weight.uniform_(-bound, bound)
                     layer.bias.fill_(0.1)
                 head.weight.uniform_(-1e-3, 1e-3)
                 head.bias.uniform_(-1e-3, 1e-3)
