@@ -79,7 +79,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
@@ -87,6 +87,7 @@ import torch
 
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, new_agent_for
+from mbrl_offline.algorithms.sac import load_soft_actor_critic_state, soft_actor_critic_state
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import (check_field_types, require_above_zero, require_in_range,
                                  require_nonnegative, require_positive)
@@ -248,20 +249,10 @@ class CQL(FeedForwardAgent):
                     **parts) -> "CQL":
         """The agent for ``dataset``'s env, with the dataset's state statistics and reward scale where
         ``normalize_states`` / ``normalize_reward`` are on."""
-        agent = new_agent_for(cls, dataset, config, device, parts)
-        if agent.config.normalize_reward:
-            returns = dataset.episode_returns()
-            spread = float(returns.max() - returns.min()) if len(returns) else 0.0
-            if not spread > 0:
-                raise ConfigError("algo.normalize_reward needs episodes with different returns in the dataset; "
-                                  "set algo.normalize_reward=false.")
-            agent.set_reward_scale(1000.0 / spread)
-        return agent
+        return new_agent_for(cls, dataset, config, device, parts)
 
     def set_reward_scale(self, scale: float) -> None:
-        if not (math.isfinite(scale) and scale > 0):
-            raise ConfigError(f"the reward scale must be positive and finite, got {scale}.")
-        self.reward_scale = float(scale)
+        self.reward_scale = model_free.checked_reward_scale(scale)
 
     @property
     def alpha(self) -> torch.Tensor:
@@ -391,36 +382,18 @@ class CQL(FeedForwardAgent):
         """Nothing to do: CQL's learning rates are constant."""
 
     def state_dict(self) -> dict:
-        state = {
-            "config": asdict(self.config),
-            "actor": self.actor.state_dict(),
-            "critic": self.critic.state_dict(),
-            "target_critic": self.target_critic.state_dict(),
-            "log_alpha": self.log_alpha.detach().clone(),
-            "log_alpha_prime": self.log_alpha_prime.detach().clone(),
-            "actor_optim": self.actor_optim.state_dict(),
-            "critic_optim": self.critic_optim.state_dict(),
-            "normalise": self.normalise.state_dict(),
-            "reward_scale": self.reward_scale,
-            "updates": self.updates,
-        }
-        if self.alpha_optim is not None:
-            state["alpha_optim"] = self.alpha_optim.state_dict()
+        state = {**soft_actor_critic_state(self),
+                 "log_alpha_prime": self.log_alpha_prime.detach().clone(),
+                 "normalise": self.normalise.state_dict(), "reward_scale": self.reward_scale,
+                 "updates": self.updates}
         if self.alpha_prime_optim is not None:
             state["alpha_prime_optim"] = self.alpha_prime_optim.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        self.actor.load_state_dict(state["actor"])
-        self.critic.load_state_dict(state["critic"])
-        self.target_critic.load_state_dict(state["target_critic"])
+        load_soft_actor_critic_state(self, state)
         with torch.no_grad():
-            self.log_alpha.copy_(state["log_alpha"])
             self.log_alpha_prime.copy_(state["log_alpha_prime"])
-        self.actor_optim.load_state_dict(state["actor_optim"])
-        self.critic_optim.load_state_dict(state["critic_optim"])
-        if self.alpha_optim is not None:
-            self.alpha_optim.load_state_dict(state["alpha_optim"])
         if self.alpha_prime_optim is not None:
             self.alpha_prime_optim.load_state_dict(state["alpha_prime_optim"])
         self.normalise.load_state_dict(state["normalise"])

@@ -42,7 +42,6 @@ of which changes the losses:
 from __future__ import annotations
 
 import copy
-import math
 from dataclasses import asdict, dataclass
 from typing import Optional
 
@@ -55,7 +54,6 @@ from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import (check_field_types, require_above_zero,
                                  require_in_range, require_nonnegative, require_positive)
-from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.policies import FeedForwardAgent
 from mbrl_offline.utils import anneal_cosine, soft_update
@@ -143,20 +141,10 @@ class IQL(FeedForwardAgent):
     def for_dataset(cls, dataset, config: Optional[IQLConfig] = None, device: str | torch.device = "cpu",
                     **parts) -> "IQL":
         """The agent for ``dataset``'s env, with the dataset's state statistics and reward scale."""
-        agent = new_agent_for(cls, dataset, config, device, parts)
-        if agent.config.normalize_reward:
-            returns = dataset.episode_returns()
-            spread = float(returns.max() - returns.min()) if len(returns) else 0.0
-            if not spread > 0:
-                raise ConfigError("algo.normalize_reward needs episodes with different returns in the dataset; "
-                                  "set algo.normalize_reward=false.")
-            agent.set_reward_scale(1000.0 / spread)
-        return agent
+        return new_agent_for(cls, dataset, config, device, parts)
 
     def set_reward_scale(self, scale: float) -> None:
-        if not (math.isfinite(scale) and scale > 0):
-            raise ConfigError(f"the reward scale must be positive and finite, got {scale}.")
-        self.reward_scale = float(scale)
+        self.reward_scale = model_free.checked_reward_scale(scale)
 
     def mean_action(self, normalised_obs: torch.Tensor) -> torch.Tensor:
         """The policy's mean (the deterministic actor's output) in [-1, 1]."""

@@ -1,8 +1,11 @@
-"""What the model-free agents (TD3+BC, IQL) share: the dataset's state normalisation, kept inside the
-agent, their action bounds as tensors, and building an agent for a dataset's env. They train on the
+"""What the model-free agents (TD3+BC, IQL, CQL) share: the dataset's state normalisation and CORL's
+reward scale, kept inside the agent, their action bounds as tensors, and building an agent for a
+dataset's env. They train on the
 dataset alone by default (their papers' setting, ``published_generator``: none) and on any transition
 generator by configuration (``algo=iql generator=rollouts``)."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -51,11 +54,32 @@ def action_box(action_low, action_high, device: torch.device):
 
 def new_agent_for(cls, dataset, config, device, parts: dict):
     """`mbrl_offline.policies.agent_for_dataset` with the state normalisation fitted when
-    ``config.normalize_states`` (on the real data, whatever a generator adds)."""
+    ``config.normalize_states``, and the reward scale set when the config has ``normalize_reward`` on
+    (`reward_scale`), both from the real data, whatever a generator adds."""
     agent = agent_for_dataset(cls, dataset, config, device, parts)
     if agent.config.normalize_states:
         agent.normalise.fit(dataset.observations, agent.config.state_std_eps)
+    if getattr(agent.config, "normalize_reward", False):
+        agent.set_reward_scale(reward_scale(dataset))
     return agent
+
+
+def reward_scale(dataset) -> float:
+    """CORL's reward normalisation: 1000 / (max - min episode return of the dataset) (``modify_reward``
+    in CORL's ``iql.py`` and ``cql.py``)."""
+    returns = dataset.episode_returns()
+    spread = float(returns.max() - returns.min()) if len(returns) else 0.0
+    if not spread > 0:
+        raise ConfigError("algo.normalize_reward needs episodes with different returns in the dataset; "
+                          "set algo.normalize_reward=false.")
+    return 1000.0 / spread
+
+
+def checked_reward_scale(scale) -> float:
+    """``scale`` as a float, refused unless positive and finite (an agent's ``set_reward_scale``)."""
+    if not (math.isfinite(scale) and scale > 0):
+        raise ConfigError(f"the reward scale must be positive and finite, got {scale}.")
+    return float(scale)
 
 
 def published_generator() -> NoGeneratorConfig:

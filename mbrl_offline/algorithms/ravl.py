@@ -40,7 +40,6 @@ the same data (docs/parity.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from mbrl_offline.algorithms.edac import EDAC, EDACConfig
 from mbrl_offline.algorithms.model_based import mbpo_rollouts
@@ -51,28 +50,12 @@ from mbrl_offline.registry import register_agent
 
 @dataclass
 class RAVLConfig(EDACConfig):
-    # Critic ensemble and EDAC (the paper tunes num_critics and eta per dataset).
-    num_critics: int = 10  # N: critics in the ensemble; targets and the actor use the min over all N
-    eta: float = 1.0  # weight of EDAC's gradient-diversity term; 0 gives SAC-N
-    # Networks: 3 hidden layers of 256 ReLU units for actor and critics, CORL's EDAC initialisation.
-    hidden_size: int = 256
-    hidden_layers: int = 3
-    init: str = "edac"
-    # SAC: Adam learning rates, discount, target-network rate, automatic entropy tuning towards -|A|.
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
-    alpha_lr: float = 3e-4
-    gamma: float = 0.99
-    tau: float = 5e-3
-    init_alpha: float = 1.0
-    auto_alpha: bool = True
-    target_entropy: Optional[float] = None  # None: -|A|
-    deterministic_backup: bool = False
-    batch_size: int = 256
-    # CORL's order (alpha, actor, then the critics from the updated actor and alpha), alpha uncapped.
-    update_order: str = "corl"
-    alpha_max: Optional[float] = None
-    fused_adam: bool = True  # one fused kernel per optimiser step (rounds differently; same maths)
+    # The official RAVL code's settings are EDAC's defaults (EDACConfig: N = 10 critics, eta = 1, 3 x 256
+    # ReLU networks, Adam at 3e-4, gamma 0.99, tau 5e-3, alpha tuned from 1 towards -|A|, the entropy
+    # term in the target, alpha uncapped, batches of 256; the paper tunes N and eta per dataset),
+    # except for these two, which are CORL's EDAC's:
+    init: str = "edac"  # CORL's initialisation (biases 0.1, output layers U(+-3e-3))
+    update_order: str = "corl"  # alpha, actor, then the critics from the updated actor and alpha
 
 
 @register_agent
