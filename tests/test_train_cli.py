@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mbrl_offline.algorithms import ALGORITHMS
 from mbrl_offline.config import CONFIG_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +44,7 @@ def test_train_then_evaluate(tmp_path, device):
 
 
 @pytest.mark.parametrize("override, message", [
-    ("algo=ravel", "error: unknown algo 'ravel'. Did you mean 'ravl'? Known: coplanner, cql, edac, iql, mobile, mopo, neubay, ravl, td3bc."),
+    ("algo=ravel", f"error: unknown algo 'ravel'. Did you mean 'ravl'? Known: {', '.join(sorted(ALGORITHMS))}."),
     ("env=hoper", "error: unknown env 'hoper'. Did you mean 'hopper'? Known: ant, halfcheetah, hopper,"),
     ("algo.etta=1", "error: unknown setting 'algo.etta'. Did you mean 'algo.eta'? Valid: num_critics, eta,"),
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
