@@ -264,13 +264,7 @@ def edac_update_differences(checkout: Path, dataset: str = "hopper-medium", num_
 
     kit_log_prob = dist_module.TanhNormalWrapper.log_prob
     if exact_log_det:
-        def exact_log_prob(self, action, raw_action=None):  # Kit's, with log(1 - tanh^2) computed exactly
-            if raw_action is None:
-                raw_action = self.arctanh(action / self._max_action)
-            gaussian = torch.distributions.Normal.log_prob(self, raw_action).sum(-1, keepdim=True)
-            log_det = 2 * (np.log(2) - raw_action - torch.nn.functional.softplus(-2 * raw_action)) + np.log(self._max_action)
-            return gaussian - log_det.sum(-1, keepdim=True)
-        dist_module.TanhNormalWrapper.log_prob = exact_log_prob
+        exact_kit_log_det()
     try:
         return _edac_updates(dataset, num_critics, eta, hidden_size, updates, seed, batch_size)
     finally:
