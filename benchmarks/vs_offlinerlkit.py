@@ -463,13 +463,14 @@ def kit_weights(policy) -> dict[str, torch.Tensor]:
     return {"actor": torch.cat([t.detach().flatten() for t in actor]),
             "critic": torch.cat([t.detach().flatten() for t in critics(policy.critic1, policy.critic2)]),
             "target_critic": torch.cat([t.detach().flatten() for t in critics(policy.critic1_old, policy.critic2_old)]),
-            "log_alpha": policy._log_alpha.detach().flatten(), "log_alpha_prime": policy.cql_log_alpha.detach().flatten()}
+            "log_alpha": policy._log_alpha.detach().flatten().clone(),
+            "log_alpha_prime": policy.cql_log_alpha.detach().flatten().clone()}
 
 
 def our_weights(agent) -> dict[str, torch.Tensor]:
     return {name: torch.cat([p.detach().flatten() for p in getattr(agent, name).parameters()])
-            for name in ("actor", "critic", "target_critic")} | {"log_alpha": agent.log_alpha.detach().flatten(),
-                                                                 "log_alpha_prime": agent.log_alpha_prime.detach().flatten()}
+            for name in ("actor", "critic", "target_critic")} | {"log_alpha": agent.log_alpha.detach().flatten().clone(),
+                                                                 "log_alpha_prime": agent.log_alpha_prime.detach().flatten().clone()}
 
 
 def cql_batches(count: int, rows: int = 256, seed: int = 0):

@@ -149,11 +149,12 @@ def float64():
     torch.set_default_dtype(torch.float32)
 
 
-@pytest.mark.parametrize("order", ["kit", "corl"])
-def test_one_update_is_the_formulas(order, float64):
+@pytest.mark.parametrize("order, init", [("kit", "torch"), ("corl", "torch"), ("corl", "corl-cql")])
+def test_one_update_is_the_formulas(order, init, float64):
+    """Kit's order, CORL's, and CORL's with its networks (learnt log-std multiplier and offset)."""
     torch.manual_seed(0)
     agent = CQL(3, 2, [-1.0, -1.0], [1.0, 1.0], CQLConfig(hidden_size=16, hidden_layers=2, num_repeats=3,
-                                                          update_order=order))
+                                                          update_order=order, init=init))
     batch = a_batch()
     torch.manual_seed(5)
     expected = one_update_by_the_formulas(agent, batch, order)
@@ -243,6 +244,7 @@ def test_the_behaviour_cloning_warm_up_fits_the_data():
     ({"num_repeats": 0}, "algo.num_repeats must be at least 1, got 0."),
     ({"lse_mode": "kit"}, "algo.lse_mode = 'kit' is unknown; choose one of joint, per_repeat."),
     ({"update_order": "x"}, "algo.update_order = 'x' is unknown; choose one of kit, corl."),
+    ({"init": "corl"}, "algo.init = 'corl' is unknown; choose one of torch, edac, edac-official, offlinerlkit, corl-cql."),
 ])
 def test_bad_settings_are_refused_in_one_line(settings, message):
     with pytest.raises(ConfigError) as error:
@@ -298,6 +300,24 @@ def test_corls_conservative_term_is_the_joint_estimator():
     got = corl_estimator(CORL)
     torch.testing.assert_close(got["joint"], got["corl"], rtol=1e-5, atol=1e-5)
     assert (got["per_repeat"] < got["corl"] - math.log(10) + 1e-4).all()
+
+
+@pytest.mark.skipif(not (CORL and (Path(CORL) / "algorithms" / "offline" / "cql.py").is_file()),
+                    reason="set MBRL_OFFLINE_CORL to a checkout of CORL")
+@pytest.mark.parametrize("lagrange", [False, True])
+def test_corls_whole_update_equals_ours_with_its_settings(lagrange):
+    """CORL's ``ContinuousCQL.train`` and ours with ``CQLConfig.corl()`` (its networks, order, rates and
+    Lagrange form), from CORL's weights, the same batches and draws: three updates with the same losses
+    and weights equal to float rounding (``benchmarks/vs_corl.py --updates``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    from vs_corl import corl_update_differences
+
+    for row in corl_update_differences(CORL, updates=3, lagrange=lagrange):
+        assert math.isclose(row["our_critic_loss"], row["corl_critic_loss"], rel_tol=1e-5)
+        assert math.isclose(row["our_actor_loss"], row["corl_actor_loss"], rel_tol=1e-5, abs_tol=1e-6)
+        assert row["actor_max_diff"] < 1e-6 and row["critic_max_diff"] < 1e-5 and row["target_critic_max_diff"] < 1e-6
+        assert row["actor_step_rel_diff"] < 1e-4 and row["critic_step_rel_diff"] < 1e-3
+        assert row["log_alpha_max_diff"] < 1e-9 and row["log_alpha_prime_max_diff"] < 1e-9
 
 
 @pytest.mark.parametrize("script, args, message", [

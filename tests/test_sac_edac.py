@@ -132,13 +132,20 @@ def test_weighted_critic_loss_output_gradients_match_autograd(eta, device):
         torch.testing.assert_close(ours, theirs)
 
 
-def test_actor_sample_with_backward_matches_autograd(device):
+@pytest.mark.parametrize("init", ["torch", "corl-cql"])
+def test_actor_sample_with_backward_matches_autograd(device, init):
     """The actor's hand-written sample and backward against autograd through `forward` with the same
-    noise, for any upstream gradients, with some rows' log-std clamped at either bound."""
+    noise, for any upstream gradients, with some rows' log-std clamped at either bound; with CORL's
+    learnt log-std multiplier and offset ("corl-cql") too, away from their initial 1 and -1."""
     torch.manual_seed(10)
-    actor = TanhGaussianActor(5, 3, -2 * torch.ones(3), torch.ones(3), hidden_size=16, hidden_layers=2).to(device)
+    actor = TanhGaussianActor(5, 3, -2 * torch.ones(3), torch.ones(3), hidden_size=16, hidden_layers=2,
+                              init=init).to(device)
     with torch.no_grad():
-        actor.trunk[-1].bias[3:] = torch.tensor([3.0, -8.0, 0.0])  # log-std columns: above, below, inside
+        # log-std columns: above the upper bound, below the lower one (-5, or CORL's -20), inside
+        actor.trunk[-1].bias[3:] = torch.tensor([3.0, -8.0, 0.0] if init == "torch" else [4.0, -30.0, 0.0])
+        if init == "corl-cql":
+            actor.log_std_multiplier.fill_(1.3)
+            actor.log_std_offset.fill_(-0.7)
     obs = torch.randn(40, 5, device=device)
     d_action, d_log_prob = torch.randn(40, 3, device=device), torch.randn(40, device=device)
 
@@ -179,6 +186,32 @@ def test_edac_initialisation():
     actor = TanhGaussianActor(11, 3, -torch.ones(3), torch.ones(3), 256, 3, init="edac")
     layers = actor.linears
     assert all(torch.all(layer.bias == 0.1) for layer in layers[:-1]) and layers[-1].weight.abs().max() <= 1e-3
+
+
+def test_corl_cql_initialisation():
+    """CORL's CQL networks: each critic's hidden weights orthogonal with gain sqrt(2) (an (out, in)
+    matrix with orthonormal rows or columns, whichever are fewer), output weights orthogonal with gain
+    1e-2, biases 0, each member drawn apart; the actor's head Xavier-uniform with gain 1e-2, bias 0,
+    and its log-std multiplier and offset learnt parameters from 1 and -1."""
+    torch.manual_seed(4)
+    critic = CriticEnsemble(11, 3, num_critics=2, hidden_size=32, hidden_layers=3, init="corl-cql")
+    *hidden, out = critic.net.linears
+    for layer, gain in [(layer, 2 ** 0.5) for layer in hidden] + [(out, 1e-2)]:
+        assert torch.all(layer.bias == 0)
+        for member in layer.weight:  # (in, out): nn.Linear's (out, in) transposed
+            w = member.t()
+            gram = w @ w.t() if w.shape[0] <= w.shape[1] else w.t() @ w
+            torch.testing.assert_close(gram, gain ** 2 * torch.eye(len(gram)), atol=1e-5, rtol=1e-4)
+        assert not torch.equal(layer.weight[0], layer.weight[1])
+    actor = TanhGaussianActor(11, 3, -torch.ones(3), torch.ones(3), 32, 3, init="corl-cql")
+    head = actor.linears[-1]
+    bound = 1e-2 * (6 / (head.in_features + head.out_features)) ** 0.5
+    assert head.weight.abs().max() <= bound and torch.all(head.bias == 0)
+    names = dict(actor.named_parameters())
+    assert names["log_std_multiplier"].item() == 1.0 and names["log_std_offset"].item() == -1.0
+    assert actor.log_std_min == -20.0
+    plain = TanhGaussianActor(11, 3, -torch.ones(3), torch.ones(3), 32, 3)
+    assert "log_std_multiplier" not in dict(plain.named_parameters()) and plain.log_std_min == -5.0
 
 
 def test_eta_needs_two_critics():

@@ -50,8 +50,9 @@ temperature=1.0 for all D4RL-Gym tasks"; presets ``mbrl_offline/configs/preset/c
 T = 1, R = 10, no Lagrange (tau_L = 10 and alpha' at 3e-4 when on), deterministic backup, no max
 backup, actor and critics of 3 x 256 ReLU, Adam at 1e-4 (actor), 3e-4 (critics), 1e-4 (alpha from 1),
 gamma 0.99, tau 5e-3, batch 256, no state or reward normalisation. The paper's schedule is 1M updates.
-CORL's settings are ``cql_weight=10 actor_lr=3e-5 alpha_lr=3e-5 update_order=corl
-lagrange_form=corl normalize_states=true`` (and ``normalize_reward=true`` on hopper-medium).
+CORL's settings are ``CQLConfig.corl()``: ``cql_weight=10 actor_lr=3e-5 alpha_lr=3e-5 update_order=corl
+lagrange_form=corl lagrange_threshold=-1 normalize_states=true init=corl-cql`` (and
+``normalize_reward=true`` on hopper-medium), from its ``configs/offline/cql/*/*.yaml``.
 
 Written with autograd, top to bottom. Differences from OfflineRL-Kit, and why:
 
@@ -69,15 +70,20 @@ Written with autograd, top to bottom. Differences from OfflineRL-Kit, and why:
 * the actor is the library's `TanhGaussianActor`: Kit's ``ActorProb`` (state-dependent log-std clamped
   to [-5, 2], an unbounded mean, tanh scaled to the bounds) with the mean and log-std heads as one
   linear layer, and log(1 - tanh(u)^2) computed exactly where Kit adds 1e-6 inside the log;
-* with ``update_order=corl`` (CORL's settings above), the networks stay Kit's: CORL's actor has a
-  learnt log-std multiplier and offset, its clamp at [-20, 2], and orthogonally initialised critics;
-  CORL's ``cql_clip_diff`` (+-inf in every locomotion config) is not offered;
+* ``init`` picks the networks: "torch" (default) is Kit's (``ActorProb`` and ``Critic``, torch's
+  init); "corl-cql" is CORL's (a learnt log-std multiplier and offset, the clamp at [-20, 2], the
+  head at Xavier-uniform 1e-2, orthogonally initialised critics; `TanhGaussianActor`,
+  `CriticEnsemble`). ``CQLConfig.corl()`` sets it with CORL's other settings. CORL scales tanh by
+  the largest bound and leaves log(max_action) out of log pi, where ours scales to the env's box
+  and keeps it: the same for the unit bounds of the locomotion tasks. CORL's ``cql_clip_diff``
+  (+-inf in every locomotion config) is not offered;
 * state and reward normalisation (CORL's, off by default as in Kit) are kept inside the agent
   (`CQL.for_dataset`, in its state), so data from any generator and the raw env work unchanged.
 """
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -92,7 +98,7 @@ from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import (check_field_types, require_above_zero, require_in_range,
                                  require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor
+from mbrl_offline.models.networks import INITS, CriticEnsemble, TanhGaussianActor
 from mbrl_offline.policies import FeedForwardAgent
 from mbrl_offline.registry import register_agent
 from mbrl_offline.utils import soft_update
@@ -178,6 +184,10 @@ class CQLConfig:
     target_entropy: Optional[float] = None  # None means -|A|
     hidden_size: int = 256  # actor and critics: hidden_layers x hidden_size ReLU (Kit and CORL: 3 x 256)
     hidden_layers: int = 3
+    # The networks' form and initialisation: "torch" (Kit's: torch's init, log-std clamped to [-5, 2]) or
+    # "corl-cql" (CORL's: learnt log-std multiplier and offset, [-20, 2], orthogonal critics); any of
+    # `mbrl_offline.models.networks.INITS`.
+    init: str = "torch"
     batch_size: int = 256  # transitions per update
     # CORL's normalisations (Kit: none): states by the dataset's mean and std + state_std_eps; rewards
     # times 1000 / (max - min episode return of the dataset) (CORL: hopper-medium only).
@@ -196,9 +206,19 @@ class CQLConfig:
         require_in_range(self, "tau", 0.0, 1.0, low_open=True, hint=" (the target networks' Polyak rate; usually 5e-3)")
         require_in_range(self, "target_entropy")  # any finite number, or None for -|A|
         for name, choices in (("lse_mode", LSE_MODES), ("update_order", UPDATE_ORDERS),
-                              ("lagrange_form", LAGRANGE_FORMS)):
+                              ("lagrange_form", LAGRANGE_FORMS), ("init", INITS)):
             if getattr(self, name) not in choices:
                 raise ConfigError(f"algo.{name} = '{getattr(self, name)}' is unknown; choose one of {', '.join(choices)}.")
+
+    @classmethod
+    def corl(cls, **changes) -> "CQLConfig":
+        """CORL's ``algorithms/offline/cql.py`` with its locomotion configs (``configs/offline/cql/*/*.yaml``:
+        ``cql_alpha`` 10, ``policy_lr`` 3e-5 for the actor and alpha, its update order and Lagrange form,
+        ``cql_target_action_gap`` -1, states normalised, its networks); ``changes`` on top (CORL also
+        sets ``normalize_reward`` on hopper-medium)."""
+        corl = dict(cql_weight=10.0, actor_lr=3e-5, alpha_lr=3e-5, update_order="corl", lagrange_form="corl",
+                    lagrange_threshold=-1.0, normalize_states=True, init="corl-cql")
+        return dataclasses.replace(cls(), **{**corl, **changes})
 
 
 @register_agent
@@ -226,8 +246,9 @@ class CQL(FeedForwardAgent):
         self.reward_scale = 1.0
 
         h, layers = config.hidden_size, config.hidden_layers
-        self.actor = TanhGaussianActor(obs_dim, act_dim, action_low, action_high, h, layers).to(self.device)
-        self.critic = CriticEnsemble(obs_dim, act_dim, 2, h, layers, init="torch").to(self.device)
+        self.actor = TanhGaussianActor(obs_dim, act_dim, action_low, action_high, h, layers,
+                                       init=config.init).to(self.device)
+        self.critic = CriticEnsemble(obs_dim, act_dim, 2, h, layers, init=config.init).to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.tensor(math.log(config.init_alpha), device=self.device,
                                       requires_grad=config.auto_alpha)

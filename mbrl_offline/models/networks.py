@@ -20,13 +20,22 @@ def mlp(in_features: int, out_features: int, hidden_size: int, hidden_layers: in
     return nn.Sequential(*layers)
 
 
-INITS = ("torch", "edac", "edac-official", "offlinerlkit")
+INITS = ("torch", "edac", "edac-official", "offlinerlkit", "corl-cql")
 
 
 def check_init(init: str) -> None:
     """A ConfigError unless ``init`` names one of `INITS`."""
     if init not in INITS:
         raise ConfigError(f"unknown init '{init}'; choose one of {', '.join(INITS)}.")
+
+
+def orthogonal_members_(weight: torch.Tensor, gain: float) -> None:
+    """Each member's ``(in, out)`` matrix of an `EnsembleLinear` weight ``(N, in, out)`` set as
+    ``nn.init.orthogonal_`` sets an ``nn.Linear``'s ``(out, in)`` weight, with ``gain``."""
+    for member in weight:  # initialisation only: N small QR factorisations, once
+        linear_weight = torch.empty(member.shape[1], member.shape[0])
+        nn.init.orthogonal_(linear_weight, gain=gain)
+        member.copy_(linear_weight.t())
 
 
 class CriticEnsemble(nn.Module):
@@ -40,7 +49,9 @@ class CriticEnsemble(nn.Module):
     weights, U(±1/sqrt(in)) (rlkit's ``fanin_init`` reads the first dimension of the ``(in, out)``
     matrix). ``init="offlinerlkit"``: as OfflineRL-Kit's ``EnsembleCritic`` with the EDAC script's
     changes: weights truncated-normal with std 1/(2 sqrt(in)) (cut at ±2, absolute, as
-    ``trunc_normal_``'s default), biases 0.1, output layer U(±3e-3).
+    ``trunc_normal_``'s default), biases 0.1, output layer U(±3e-3). ``init="corl-cql"``: as CORL's CQL
+    (``FullyConnectedQFunction`` with ``orthogonal_init``, CORL's ``init_module_weights``): each member's
+    hidden weights orthogonal with gain sqrt(2), its output weights orthogonal with gain 1e-2, biases 0.
     """
 
     def __init__(self, obs_dim: int, act_dim: int, num_critics: int, hidden_size: int = 256,
@@ -50,7 +61,15 @@ class CriticEnsemble(nn.Module):
         self.num_critics, self.obs_dim = num_critics, obs_dim
         self.net = EnsembleMLP(obs_dim + act_dim, 1, num_critics, hidden_size, hidden_layers,
                                layer_norm=layer_norm)
-        if init != "torch":
+        if init == "corl-cql":
+            with torch.no_grad():
+                *hidden, output = self.net.linears
+                for layer in hidden:
+                    orthogonal_members_(layer.weight, math.sqrt(2))
+                    layer.bias.zero_()
+                orthogonal_members_(output.weight, 1e-2)
+                output.bias.zero_()
+        elif init != "torch":
             with torch.no_grad():
                 *hidden, output = self.net.linears
                 for layer in hidden:
@@ -89,7 +108,11 @@ class TanhGaussianActor(nn.Module):
     (OfflineRL-Kit's ``ActorProb``) leave torch's `nn.Linear` init; "edac" (CORL's EDAC actor) sets hidden
     biases to 0.1 and the mean and log-std heads to U(±1e-3); "edac-official" (rlkit's
     ``TanhGaussianPolicy``) does the same and draws the hidden weights from U(±1/sqrt(out)), rlkit's
-    ``fanin_init`` reading the first dimension of `nn.Linear`'s ``(out, in)`` weight."""
+    ``fanin_init`` reading the first dimension of `nn.Linear`'s ``(out, in)`` weight. "corl-cql" (CORL's
+    CQL ``TanhGaussianPolicy``): the head's weight Xavier-uniform with gain 1e-2 and its bias 0, the
+    hidden layers left at torch's init (CORL's ``init_module_weights`` is called there without its
+    orthogonal flag), and two learnt scalars on the head's log-std column, log_std = m * raw + c with m
+    from 1 and c from -1, clamped to [-20, 2] instead of [-5, 2]."""
 
     log_std_min, log_std_max = -5.0, 2.0
 
@@ -108,6 +131,16 @@ class TanhGaussianActor(nn.Module):
                     layer.bias.fill_(0.1)
                 head.weight.uniform_(-1e-3, 1e-3)
                 head.bias.uniform_(-1e-3, 1e-3)
+        if init == "corl-cql":
+            with torch.no_grad():
+                nn.init.xavier_uniform_(self.linears[-1].weight, gain=1e-2)
+                self.linears[-1].bias.zero_()
+            self.log_std_multiplier = nn.Parameter(torch.tensor(1.0))
+            self.log_std_offset = nn.Parameter(torch.tensor(-1.0))
+            self.log_std_min = -20.0
+        else:
+            self.register_parameter("log_std_multiplier", None)
+            self.register_parameter("log_std_offset", None)
         low = torch.as_tensor(action_low, dtype=torch.float32)
         high = torch.as_tensor(action_high, dtype=torch.float32)
         self.register_buffer("action_scale", (high - low) / 2)
@@ -117,10 +150,17 @@ class TanhGaussianActor(nn.Module):
     def linears(self) -> list[nn.Linear]:
         return [m for m in self.trunk if isinstance(m, nn.Linear)]
 
+    def _head(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(mu, log_std before the clamp)`` from the trunk's output (CORL's learnt affine map where set)."""
+        mu, raw_log_std = out.chunk(2, dim=-1)
+        if self.log_std_multiplier is not None:
+            raw_log_std = raw_log_std * self.log_std_multiplier + self.log_std_offset
+        return mu, raw_log_std
+
     @torch.no_grad()
     def sample_with_backward(self, obs: torch.Tensor):
         """``(action, log_prob)`` drawn as `forward` draws them (the same noise for the same RNG state),
-        without an autograd graph, and ``backward(d_action, d_log_prob)``, which sets each trunk
+        without an autograd graph, and ``backward(d_action, d_log_prob)``, which sets each
         parameter's ``.grad`` to the gradient of ``sum(d_action * action) + sum(d_log_prob * log_prob)``
         (``d_log_prob``: ``(B,)`` or a scalar for every row). SAC's actor step uses it: the same maths as
         autograd through `forward` (tested), in 64 operators instead of autograd's 119 (counted with a
@@ -131,13 +171,16 @@ class TanhGaussianActor(nn.Module):
         log_prob = sum(-noise^2 / 2 - log_std - log(2 pi) / 2 - log(scale) - log(1 - t^2)):
             d action / du = scale (1 - t^2),   d log_prob / du = -d log(1 - t^2) / du = 2 t,
             d / dmu = d / du,   d / dlog_std = std * noise * d / du - d_log_prob (0 where it is clamped),
-        then down the ReLU trunk as any MLP.
+        with CORL's log_std = m * head + c ("corl-cql"): d / dhead = m d / dlog_std, d / dm = sum(head
+        d / dlog_std), d / dc = sum(d / dlog_std); then down the ReLU trunk as any MLP.
         """
         linears = self.linears
         inputs = [obs]  # each linear layer's input, kept for its weight gradient
         for layer in linears[:-1]:
             inputs.append(torch.addmm(layer.bias, inputs[-1], layer.weight.t()).relu_())
-        mu, raw_log_std = torch.addmm(linears[-1].bias, inputs[-1], linears[-1].weight.t()).chunk(2, dim=-1)
+        mu, head_log_std = torch.addmm(linears[-1].bias, inputs[-1], linears[-1].weight.t()).chunk(2, dim=-1)
+        raw_log_std = (head_log_std if self.log_std_multiplier is None
+                       else head_log_std * self.log_std_multiplier + self.log_std_offset)
         log_std, std, noise, u, squashed, action = self._draw(mu, raw_log_std)
         log_prob = self._log_prob(noise, log_std, u)
 
@@ -145,6 +188,10 @@ class TanhGaussianActor(nn.Module):
             d_log_prob = d_log_prob.unsqueeze(-1) if d_log_prob.dim() else d_log_prob
             d_u = (1 - squashed * squashed).mul_(self.action_scale).mul_(d_action).add_(squashed * (2 * d_log_prob))
             d_log_std = (d_u * std).mul_(noise).sub_(d_log_prob).mul_(log_std == raw_log_std)
+            if self.log_std_multiplier is not None:  # log_std = m * head + c (CORL's)
+                self.log_std_multiplier.grad = (d_log_std * head_log_std).sum()
+                self.log_std_offset.grad = d_log_std.sum()
+                d_log_std = d_log_std * self.log_std_multiplier
             d_out = torch.cat([d_u, d_log_std], dim=-1)
             for i in range(len(linears) - 1, -1, -1):
                 linears[i].weight.grad = d_out.t().mm(inputs[i])
@@ -167,13 +214,13 @@ class TanhGaussianActor(nn.Module):
         """log pi(a|s) of given actions ``(B,)``, differentiable in ``action`` (guided generation
         follows this gradient); actions within ``eps`` of a bound are moved inside it so that
         atanh stays finite."""
-        mu, raw_log_std = self.trunk(obs).chunk(2, dim=-1)
+        mu, raw_log_std = self._head(self.trunk(obs))
         return tanh_gaussian_log_prob_of(mu, raw_log_std, action, self.action_scale, self.action_offset,
                                          self.log_std_min, self.log_std_max, eps)
 
     def forward(self, obs: torch.Tensor, deterministic: bool = False, with_log_prob: bool = True):
         """Returns ``(action, log_prob)``; ``log_prob`` is None when not asked for."""
-        mu, log_std = self.trunk(obs).chunk(2, dim=-1)
+        mu, log_std = self._head(self.trunk(obs))
         if deterministic:
             return torch.tanh(mu) * self.action_scale + self.action_offset, None
         log_std, _, noise, u, _, action = self._draw(mu, log_std)
