@@ -166,3 +166,37 @@ def test_one_update_equals_offlinerlkits_edac_policy(exact_log_det):
                 assert value <= 2 * scale, (name, value, scale)  # at most a step the other way (those few weights)
             else:
                 assert value <= tolerance * scale + 1e-7, (name, value, scale)
+
+
+OFFICIAL_EDAC = os.environ.get("MBRL_OFFLINE_EDAC")  # a checkout of snu-mllab/EDAC, or unset
+
+
+@pytest.mark.skipif(not (OFFICIAL_EDAC and (Path(OFFICIAL_EDAC) / "lifelong_rl" / "trainers").is_dir()),
+                    reason="MBRL_OFFLINE_EDAC names no checkout of the official EDAC code")
+def test_one_update_equals_the_official_sac_trainer():
+    """From the official networks' weights (targets included), the same batch and seed, our EDAC with its
+    defaults and unfused Adam makes the official ``SACTrainer.train_from_torch`` update
+    (``benchmarks/vs_edac_official.py``): with the official log(1 - tanh^2 + 1e-6) made exact, the actor
+    and the losses agree to float rounding, and the critics but for a few weights whose gradient is at
+    rounding level, where Adam's first step is about lr * sign(g)."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import vs_edac_official
+
+    result, = vs_edac_official.update_differences(Path(OFFICIAL_EDAC), num_critics=10, eta=1.0, updates=1,
+                                                  exact_log_det=True)
+    assert result["actor: weights"][0] < 1e-6 and result["log alpha: weights"][0] < 1e-9
+    assert result["critics: weights off by > 1e-6 (elements)"][0] <= 20
+    assert result["critics: largest |gradient| at those"][0] < 1e-7
+    for name in ("critic loss (TD + eta x diversity) / N", "diversity"):
+        value, scale = result[name]
+        assert value <= 1e-6 * scale + 1e-7, (name, value, scale)
+
+
+def test_the_official_side_by_side_refuses_a_folder_that_is_not_the_official_checkout():
+    import subprocess
+
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "vs_edac_official.py"), "--edac", "/nonexistent"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(BENCHMARKS.parent)})
+    assert done.returncode == 2 and done.stderr.startswith("error: --edac must name a checkout of")
+    assert done.stderr.count("\n") == 1, done.stderr

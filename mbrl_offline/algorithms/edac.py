@@ -46,6 +46,10 @@ Differences from the official code, none of which changes a loss:
 * the dataset's transitions include those at time limits, with their true next states (the official
   code reads ``d4rl.qlearning_dataset``, which drops them because old D4RL files stored none);
 * Adam's fused kernel by default (``fused_adam``: the same maths, rounded differently);
+* the target critics start as a copy of the critics (CORL's and Kit's), where the official
+  ``sac_config.py`` builds them as a second, independently initialised ensemble (rlkit's way); with
+  tau = 5e-3 the two converge within a few thousand updates. From the same weights, targets included,
+  an update equals the official ``SACTrainer``'s (``benchmarks/vs_edac_official.py``, docs/parity.md);
 * not carried over: the official options the D4RL Gym runs leave off (``max_q_backup``, a
   behaviour-cloning start ``policy_eval_start``, reward scaling and normalisation), and its rule that
   alpha stays fixed when ``deterministic_backup`` is set (here alpha is tuned whenever ``auto_alpha``).
