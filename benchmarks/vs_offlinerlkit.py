@@ -271,11 +271,31 @@ def edac_update_differences(checkout: Path, dataset: str = "hopper-medium", num_
         dist_module.TanhNormalWrapper.log_prob = kit_log_prob
 
 
-def _edac_updates(dataset, num_critics, eta, hidden_size, updates, seed, batch_size) -> list[dict]:
+def kit_edac_policy(obs_dim: int, act_dim: int, max_action: float, num_critics: int = 10, eta: float = 1.0,
+                    hidden_size: int = 256):
+    """OfflineRL-Kit's ``EDACPolicy`` built as its ``run_edac.py`` builds it (Kit already imported)."""
     from offlinerlkit.modules import ActorProb, EnsembleCritic, TanhDiagGaussian
     from offlinerlkit.nets import MLP
     from offlinerlkit.policy import EDACPolicy
 
+    hidden = [hidden_size] * 3
+    backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
+    dist = TanhDiagGaussian(latent_dim=backbone.output_dim, output_dim=act_dim, unbounded=True,
+                            conditioned_sigma=True, max_mu=max_action)
+    actor = ActorProb(backbone, dist, "cpu")
+    critics = EnsembleCritic(obs_dim, act_dim, hidden, num_ensemble=num_critics, device="cpu")
+    for layer in critics.model[::2]:
+        torch.nn.init.constant_(layer.bias, 0.1)
+    torch.nn.init.uniform_(critics.model[-1].weight, -3e-3, 3e-3)
+    torch.nn.init.uniform_(critics.model[-1].bias, -3e-3, 3e-3)
+    log_alpha = torch.zeros(1, requires_grad=True)
+    return EDACPolicy(actor, critics, torch.optim.Adam(actor.parameters(), lr=1e-4),
+                      torch.optim.Adam(critics.parameters(), lr=3e-4), tau=0.005, gamma=0.99,
+                      alpha=(-float(act_dim), log_alpha, torch.optim.Adam([log_alpha], lr=1e-4)),
+                      max_q_backup=False, deterministic_backup=False, eta=eta)
+
+
+def _edac_updates(dataset, num_critics, eta, hidden_size, updates, seed, batch_size) -> list[dict]:
     from mbrl_offline import load_dataset
     from mbrl_offline.algorithms.edac import EDAC, EDACConfig
     from mbrl_offline.data.envs import get_env_info
@@ -284,22 +304,9 @@ def _edac_updates(dataset, num_critics, eta, hidden_size, updates, seed, batch_s
     obs_dim, act_dim = data.obs_dim, data.act_dim
     low, high = get_env_info(data.env_name).action_bounds()
     torch.manual_seed(seed)
-    # run_edac.py
-    hidden = [hidden_size] * 3
-    backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
-    dist = TanhDiagGaussian(latent_dim=backbone.output_dim, output_dim=act_dim, unbounded=True,
-                            conditioned_sigma=True, max_mu=float(high[0]))
-    actor = ActorProb(backbone, dist, "cpu")
-    critics = EnsembleCritic(obs_dim, act_dim, hidden, num_ensemble=num_critics, device="cpu")
-    for layer in critics.model[::2]:
-        torch.nn.init.constant_(layer.bias, 0.1)
-    torch.nn.init.uniform_(critics.model[-1].weight, -3e-3, 3e-3)
-    torch.nn.init.uniform_(critics.model[-1].bias, -3e-3, 3e-3)
-    log_alpha = torch.zeros(1, requires_grad=True)
-    policy = EDACPolicy(actor, critics, torch.optim.Adam(actor.parameters(), lr=1e-4),
-                        torch.optim.Adam(critics.parameters(), lr=3e-4), tau=0.005, gamma=0.99,
-                        alpha=(-float(act_dim), log_alpha, torch.optim.Adam([log_alpha], lr=1e-4)),
-                        max_q_backup=False, deterministic_backup=False, eta=eta)
+    policy = kit_edac_policy(obs_dim, act_dim, float(high[0]), num_critics, eta, hidden_size)
+    actor, critics, log_alpha = policy.actor, policy.critics, policy._log_alpha
+    backbone, dist = actor.backbone, actor.dist_net
 
     config = EDACConfig.offlinerlkit(num_critics=num_critics, eta=eta, hidden_size=hidden_size, hidden_layers=3,
                                      batch_size=batch_size)

@@ -323,6 +323,7 @@ def test_corls_whole_update_equals_ours_with_its_settings(lagrange):
 @pytest.mark.parametrize("script, args, message", [
     ("vs_offlinerlkit.py", ["--cql-update", "--offlinerlkit", "/nonexistent"], "error: --offlinerlkit must name a checkout of"),
     ("vs_corl.py", ["--corl", "/nonexistent"], "error: --corl must name a checkout of"),
+    ("vs_offlinerlkit_speed.py", ["--offlinerlkit", "/nonexistent"], "error: --offlinerlkit must name a checkout of"),
 ])
 def test_the_side_by_side_scripts_refuse_a_folder_that_is_not_the_peers_checkout(script, args, message):
     import subprocess

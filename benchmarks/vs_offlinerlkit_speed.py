@@ -1,0 +1,159 @@
+"""Updates per second of our agents and OfflineRL-Kit's, side by side, in the same minutes.
+
+    git clone https://github.com/yihaosun1124/OfflineRL-Kit /path/to/OfflineRL-Kit      # measured at e3ce697
+    python benchmarks/vs_offlinerlkit_speed.py --offlinerlkit /path/to/OfflineRL-Kit [--agents cql edac]
+                                               [--pairs 3] [--threads 2]
+
+For each agent it runs Kit's policy and ours in separate processes, one after the other, ``--pairs``
+times, so that each pair shares the machine's state, and prints each pair's ratio; each process also
+times 1024^3 fp32 matmuls before and after (`throughput.matmul_peak`), as `vs_official.py` does. Both
+sides update on the same 20 batches of 256 hopper-medium rows (bundled), cycled: 20 warm-up updates,
+then 5 readings of ``--updates`` updates, the median reported. Only the update is timed (Kit's
+``learn``, our ``update``); sampling a batch from a buffer is not.
+
+* ``cql``: Kit's ``CQLPolicy`` as ``run_cql.py`` builds it (3x256, R = 10, w = 5, no Lagrange); ours
+  `CQL` with its defaults (Kit's settings with the joint log-sum-exp, which costs the same).
+* ``edac``: Kit's ``EDACPolicy`` as ``run_edac.py`` builds it (N = 10, eta = 1, 3x256); ours `EDAC`
+  with ``EDACConfig.offlinerlkit(num_critics=10)`` (Kit's settings) and Adam's fused kernel, our
+  default (the same maths, rounded differently).
+
+With ``MBRL_OFFLINE_MKL_AVX512=1`` both sides' processes let MKL run its AVX-512 code on an AMD CPU,
+so the comparison stays like for like (both sides are PyTorch).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from mbrl_offline import platform as mbrl_platform
+
+mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
+
+import torch  # noqa: E402
+
+import throughput  # noqa: E402
+from vs_offlinerlkit import import_offlinerlkit, is_checkout, kit_cql_policy, kit_edac_policy  # noqa: E402
+
+BATCHES, ROWS = 20, 256
+
+
+def batches() -> list[dict[str, torch.Tensor]]:
+    """20 batches of 256 hopper-medium rows: rewards and terminals as vectors (ours)."""
+    from mbrl_offline import load_dataset
+    data = load_dataset("hopper-medium")
+    rng = np.random.default_rng(0)
+    out = []
+    for _ in range(BATCHES):
+        idx = rng.integers(0, len(data), ROWS)
+        out.append({k: torch.as_tensor(getattr(data, k)[idx]).float()
+                    for k in ("observations", "actions", "next_observations", "rewards", "terminals")})
+    return out
+
+
+def as_kit(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Kit's batch: rewards and terminals as (B, 1) columns."""
+    return {**batch, "rewards": batch["rewards"][:, None], "terminals": batch["terminals"][:, None]}
+
+
+def our_agent(name: str):
+    from mbrl_offline.algorithms import CQL, EDAC
+    from mbrl_offline.algorithms.cql import CQLConfig
+    from mbrl_offline.algorithms.edac import EDACConfig
+    if name == "cql":
+        return CQL(11, 3, [-1.0] * 3, [1.0] * 3, CQLConfig())
+    if name == "edac":
+        return EDAC(11, 3, [-1.0] * 3, [1.0] * 3, EDACConfig.offlinerlkit(num_critics=10, fused_adam=True))
+    raise ValueError(name)
+
+
+def kit_policy(name: str, checkout: Path):
+    import_offlinerlkit(checkout)
+    if name == "cql":
+        return kit_cql_policy(checkout, our_agent("cql"))
+    if name == "edac":
+        return kit_edac_policy(11, 3, 1.0, num_critics=10, eta=1.0)
+    raise ValueError(name)
+
+
+AGENTS = ("cql", "edac")
+
+
+def rates(side: str, name: str, checkout: Path, updates: int) -> list[float]:
+    """Updates per second: 5 readings of ``updates`` updates after 20 warm-up updates."""
+    data = batches()
+    if side == "offlinerlkit":
+        policy, data = kit_policy(name, checkout), [as_kit(b) for b in data]
+        step = policy.learn
+    else:
+        step = our_agent(name).update
+
+    def run(n: int) -> float:
+        start = time.perf_counter()
+        for i in range(n):
+            step(data[i % BATCHES])
+        return n / (time.perf_counter() - start)
+
+    run(20)
+    return [run(updates) for _ in range(5)]
+
+
+def child(args) -> None:
+    torch.set_num_threads(args.threads)
+    peak = throughput.matmul_peak(torch.device("cpu"))
+    measured = rates(args.side, args.agent, args.offlinerlkit, args.updates)
+    peak += throughput.matmul_peak(torch.device("cpu"))
+    print("RESULT " + json.dumps({"rate": statistics.median(measured), "rates": measured,
+                                  "peak": statistics.median(peak)}))
+
+
+def run_child(side: str, agent: str, args) -> dict:
+    command = [sys.executable, __file__, "--side", side, "--agent", agent, "--threads", str(args.threads),
+               "--updates", str(args.updates), "--offlinerlkit", str(args.offlinerlkit)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    results = [line[len("RESULT "):] for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if done.returncode != 0 or not results:
+        sys.exit(f"error: the {side} {agent} measurement failed:\n{done.stderr[-3000:]}")
+    return json.loads(results[-1])
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--offlinerlkit", type=Path, required=True, help="a checkout of yihaosun1124/OfflineRL-Kit")
+    parser.add_argument("--agents", nargs="+", default=list(AGENTS), choices=AGENTS)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--updates", type=int, default=100, help="updates per reading (5 readings per process)")
+    parser.add_argument("--side", choices=["offlinerlkit", "ours"], help=argparse.SUPPRESS)
+    parser.add_argument("--agent", choices=AGENTS, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    mbrl_platform.check_environment()
+    if not is_checkout(args.offlinerlkit):
+        parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; "
+                       "clone it and pass its path.\n")
+    if args.side:
+        child(args)
+        return
+    print(f"cpu: {throughput.cpu_name()}; {args.threads} threads; torch {torch.__version__}; "
+          f"MKL's AVX-512 code on AMD CPUs: {mbrl_platform.status()}")
+    print("| agent | pair | OfflineRL-Kit (updates/s) | ours (updates/s) | ours / Kit | peak GFLOP/s (Kit / ours) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for agent in args.agents:
+        ratios = []
+        for pair in range(1, args.pairs + 1):
+            kit, ours = run_child("offlinerlkit", agent, args), run_child("ours", agent, args)
+            ratios.append(ours["rate"] / kit["rate"])
+            print(f"| {agent} | {pair} | {kit['rate']:,.1f} | {ours['rate']:,.1f} | {ratios[-1]:.2f}x | "
+                  f"{kit['peak']:.0f} / {ours['peak']:.0f} |", flush=True)
+        print(f"{agent}: ours / Kit = {min(ratios):.2f}-{max(ratios):.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
