@@ -27,6 +27,11 @@ What each side reports, measured the same way on both:
   episode seeds on both sides, the deterministic policy), the mean (penalised) reward of that epoch's
   rollouts, the mean of min_j Q_j(s, a) on 10,000 fixed dataset rows, and for MOBILE the mean and std
   of its penalty (the Bellman-target spread, each side's own function) on the holdout's pairs.
+
+A model-free algorithm (published on the dataset alone: CQL, EDAC) has no model and no rollouts: its
+runs report the curve of scores, mean min Q and alpha, on the same training rows. ``--ours-algo
+KEY=VALUE`` changes our agent's settings for a run (e.g. ``lse_mode=per_repeat``, the peer's
+behaviour), whose results ``--label`` names apart from the defaults'.
 """
 from __future__ import annotations
 
@@ -96,13 +101,25 @@ def preset(algo: str, dataset_name: str, part: str = "algo") -> dict:
     return OmegaConf.to_container(OmegaConf.load(path)).get(part, {}) if path.is_file() else {}
 
 
+def model_free(algo: str) -> bool:
+    """Whether ``algo`` is published on the dataset alone (CQL, EDAC): no dynamics model to measure."""
+    from mbrl_offline.algorithms import get_algorithm
+    return get_algorithm(algo)[0].published_generator().kind == "none"
+
+
 def settings(algo: str, dataset_name: str) -> dict:
     """The per-dataset values both sides use: horizon, the algorithm's penalty coefficient, alpha,
     and MOPO's lambda for the model-level penalty measure; the config's defaults where the preset is
-    silent."""
+    silent. For a model-free algorithm: alpha, and its preset's settings (``agent``)."""
     from mbrl_offline.algorithms import get_algorithm
     agent_cls, config_cls = get_algorithm(algo)
     default, generator = config_cls(), agent_cls.published_generator()
+    if model_free(algo):
+        p = preset(algo, dataset_name)
+        agent = {key: p.get(key, getattr(default, key)) for key in ("num_critics", "eta", "cql_weight")
+                 if hasattr(default, key)}
+        return {"model_free": True, "auto_alpha": p.get("auto_alpha", default.auto_alpha),
+                "init_alpha": p.get("init_alpha", default.init_alpha), "agent": agent}
     p, rollout = preset(algo, dataset_name), preset(algo, dataset_name, "generator").get("rollout", {})
     out = {"horizon": rollout.get("horizon", generator.rollout.horizon),
            "mopo_lambda": preset("mopo", dataset_name, "generator").get("rollout", {}).get("penalty_coef", 0.5),
@@ -169,8 +186,13 @@ def run_ours(args) -> dict:
             values[key] = {**values[key], **value} if isinstance(value, dict) else value
         return values
 
-    config = config_to_dataclass(agent_cls.config_class, with_preset(dataclasses.asdict(agent_cls.config_class()), "algo"),
-                                 "algo")
+    agent_values = with_preset(dataclasses.asdict(agent_cls.config_class()), "algo")
+    for item in args.ours_algo or []:  # e.g. lse_mode=per_repeat: the peer's behaviour, for comparison
+        key, _, value = item.partition("=")
+        agent_values[key] = yaml_value(value)
+    config = config_to_dataclass(agent_cls.config_class, agent_values, "algo")
+    if s.get("model_free"):
+        return run_ours_model_free(args, agent_cls, config, train, q_rows)
     values = with_preset(dataclasses.asdict(agent_cls.published_generator()), "generator")
     values["rollout"]["rollouts_per_epoch"] = args.rollouts
     values["every"] = args.updates_per_epoch  # one generation per epoch, as the peers' loops
@@ -236,6 +258,44 @@ def run_ours(args) -> dict:
             "dynamics_holdout_log": dynamics_log, "dynamics_config": dataclasses.asdict(generator_config.dynamics)}
 
 
+def run_ours_model_free(args, agent_cls, config, train, q_rows) -> dict:
+    """A model-free algorithm's run (on the dataset alone): the curve of scores, mean min Q on the
+    probe rows and alpha; no model measures."""
+    from mbrl_offline.compose import build_run
+    from mbrl_offline.generators import NoGeneratorConfig
+    from mbrl_offline.logging import read_metrics
+    from mbrl_offline.trainer import TrainerConfig
+
+    folder = tempfile.mkdtemp(prefix="ours-")
+    run_dir = Path(folder) / "run"
+    trainer = build_run(args.algo, train, config, NoGeneratorConfig(),
+                        TrainerConfig(epochs=max(args.epochs, 1), updates_per_epoch=args.updates_per_epoch,
+                                      eval_every=1, eval_episodes=args.eval_episodes, seed=args.seed,
+                                      run_dir=str(run_dir), progress=False, tensorboard=False,
+                                      checkpoint_every=max(args.epochs, 1)),
+                        "cpu", cache_dir=folder)  # seeds torch with args.seed first
+    agent = trainer.agent
+    normalise = getattr(agent, "normalise", lambda obs: obs)  # CQL keeps CORL's state normalisation inside
+    q_obs = torch.as_tensor(train.observations[q_rows])
+    q_act = torch.as_tensor(train.actions[q_rows])
+    extras: list[dict] = []
+
+    class Measure:
+        def on_eval(self, trainer, epoch, result):
+            with torch.no_grad():
+                extras.append({"q_mean": agent.critic(normalise(q_obs), q_act).min(dim=0).values.mean().item()})
+
+    trainer.callbacks.append(Measure())
+    start = time.perf_counter()
+    trainer.train()
+    metrics = read_metrics(run_dir)
+    curve = [{"epoch": h["epoch"], "normalized_score": h["normalized_score"], "return_mean": h["return_mean"],
+              "rollout_reward_mean": float("nan"), "alpha": m["train"]["alpha"], **e}
+             for h, m, e in zip(trainer.history, metrics, extras)]
+    return {"model": None, "curve": curve, "agent_seconds": time.perf_counter() - start,
+            "agent_config": dataclasses.asdict(config)}
+
+
 # ---------------------------------------------------------------------------------------- driver
 def result_path(results: Path, algo: str, dataset: str, seed: int, side: str, dynamics_only: bool = False) -> Path:
     return results / f"{algo}-{dataset}{'-dynamics' if dynamics_only else ''}-seed{seed}-{side}.json"
@@ -244,7 +304,8 @@ def result_path(results: Path, algo: str, dataset: str, seed: int, side: str, dy
 def worker(args, peer: Peer) -> None:
     torch.set_num_threads(1)
     out = peer.run(args, Path(args.checkout)) if args.side == peer.side else run_ours(args)
-    out.update(side=args.label or args.side, code_side=args.side, ours_dynamics=args.ours_dynamics, algo=args.algo,
+    out.update(side=args.label or args.side, code_side=args.side, ours_dynamics=args.ours_dynamics,
+               ours_algo=args.ours_algo, algo=args.algo,
                dataset=args.dataset, seed=args.seed, budget={k: getattr(args, k) for k in BUDGET},
                settings=settings(args.algo, args.dataset), torch_threads=1, cpu=throughput.cpu_name(), torch=torch.__version__)
     with atomic_path(args.out) as tmp:
@@ -268,6 +329,7 @@ def run_all(args, peer: Peer) -> None:
                                "--seeds", str(seed), "--out", str(path), peer.option, args.checkout or "",
                                *(["--label", label] if label != side else []),
                                *(["--ours-dynamics", *args.ours_dynamics] if side == "ours" and args.ours_dynamics else []),
+                               *(["--ours-algo", *args.ours_algo] if side == "ours" and args.ours_algo else []),
                                *[f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
                                  BUDGET]]
                     jobs.append((path, command))
@@ -310,7 +372,8 @@ def report(args) -> None:
     for r in runs:  # every run's model also counts among the models of its (algorithm, dataset)
         if r["budget"]["epochs"] > 0:
             groups.setdefault((r["algo"], r["dataset"], False), {}).setdefault(r["side"], []).append(r)
-        groups.setdefault((r["algo"], r["dataset"], True), {}).setdefault(r["side"], []).append(r)
+        if r.get("model") is not None:  # a model-free run has no model
+            groups.setdefault((r["algo"], r["dataset"], True), {}).setdefault(r["side"], []).append(r)
     for algo, dataset, models in list(groups):  # a models-only table where it adds runs to a learning table
         if not models:
             continue
@@ -325,7 +388,17 @@ def report(args) -> None:
         seeds = {NAMES.get(side, side): sorted(r["seed"] for r in rs) for side, rs in sides.items()}
         head = f"Seeds {', '.join(f'{k}: {v}' for k, v in seeds.items())}; dynamics capped at {b['dynamics_max_epochs']} epochs"
         machine = f"one CPU thread per run ({first['cpu']}). Mean ± std over seeds."
-        if dynamics_only:
+        free = first["settings"].get("model_free", False)
+        if free:
+            agent = ", ".join(f"{k} {v}" for k, v in first["settings"]["agent"].items())
+            variants = {NAMES.get(side, side): " ".join(rs[0]["ours_algo"]) for side, rs in sides.items()
+                        if rs[0].get("ours_algo")}
+            lines += [f"### {algo.upper()} on {dataset}", "",
+                      f"Seeds {', '.join(f'{k}: {v}' for k, v in seeds.items())}; {b['epochs']} epochs x "
+                      f"{b['updates_per_epoch']} updates on the dataset alone, {agent}"
+                      + "".join(f"; {name}: {change}" for name, change in variants.items())
+                      + f", {b['eval_episodes']} evaluation episodes; {machine}", ""]
+        elif dynamics_only:
             lines += [f"### {algo.upper()}'s dynamics model on {dataset}: every run", "",
                       f"{head} (the models of the learning runs above and of runs that trained the model "
                       f"only); {machine}", ""]
@@ -365,6 +438,8 @@ def report(args) -> None:
                      lambda r: float(np.mean([c["normalized_score"] for c in r["curve"][-5:]])) if r["curve"] else r[""]))
         if dynamics_only:
             rows = [row for row in rows if not row[0].startswith(("rollout", "mean min Q", "alpha", "normalised", "MOBILE"))]
+        if free:  # no model, no rollouts
+            rows = [row for row in rows if row[0].startswith(("mean min Q", "alpha", "normalised"))]
         order = [s for s in NAMES if s in sides] + sorted(set(sides) - set(NAMES))
         paired = len(order) >= 2 and order[0] != "ours" and order[1] == "ours"
         lines += ["| measure | " + " | ".join(NAMES.get(s, s) for s in order)
@@ -389,17 +464,21 @@ def report(args) -> None:
             lines.append("")
             continue
         png = out.with_name(f"parity-{algo}-{dataset}.png")
-        fig, axes = plt.subplots(1, 3, figsize=(14, 3.8))
+        reward = "penalised rollout reward" if algo == "mopo" else "rollout reward"
+        panels = [("normalized_score", "normalised score"), ("rollout_reward_mean", reward),
+                  ("q_mean", "mean min Q, 10k dataset rows")]
+        if free:
+            panels = [panels[0], panels[2]]
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.7 * len(panels), 3.8))
         for s, colour in zip(order, ("tab:blue", "tab:orange", "tab:green", "tab:red")):
             for i, r in enumerate(sides.get(s, [])):
                 x = [c["epoch"] for c in r["curve"]]
                 label = NAMES.get(s, s) if i == 0 else None
-                for ax, key in zip(axes, ("normalized_score", "rollout_reward_mean", "q_mean")):
+                for ax, (key, _) in zip(axes, panels):
                     ax.plot(x, [c[key] for c in r["curve"]], color=colour, alpha=0.8, label=label)
-        reward = "penalised rollout reward" if algo == "mopo" else "rollout reward"
-        for ax, title in zip(axes, ("normalised score", reward, "mean min Q, 10k dataset rows")):
+        for ax, (_, title) in zip(axes, panels):
             ax.set_title(title)
-            ax.set_xlabel("epoch (1000 updates)")
+            ax.set_xlabel(f"epoch ({b['updates_per_epoch']} updates)")
             ax.grid(alpha=0.3)
         axes[0].legend()
         fig.suptitle(f"{algo.upper()} on {dataset}: one line per seed")
@@ -434,7 +513,10 @@ def main(peer: Peer, description: str, argv: list[str] | None = None) -> None:
     parser.add_argument("--sides", nargs="+", default=[peer.side, "ours"], choices=(peer.side, "ours"))
     parser.add_argument("--ours-dynamics", nargs="+", metavar="KEY=VALUE",
                         help="our dynamics settings changed from the algorithm's recipe (e.g. logvar_bounds=member)")
-    parser.add_argument("--label", help="our side's name in the results (with --ours-dynamics: e.g. ours-before)")
+    parser.add_argument("--ours-algo", nargs="+", metavar="KEY=VALUE",
+                        help="our agent's settings changed from its config and preset (e.g. lse_mode=per_repeat)")
+    parser.add_argument("--label", help="our side's name in the results (with --ours-dynamics or --ours-algo: "
+                                        "e.g. ours-before)")
     parser.add_argument("--worker", choices=(peer.side, "ours"), dest="side", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -460,5 +542,16 @@ def main(peer: Peer, description: str, argv: list[str] | None = None) -> None:
         if "=" not in item or key not in known:
             parser.exit(2, f"error: --ours-dynamics takes KEY=VALUE with KEY a DynamicsConfig setting "
                            f"({', '.join(sorted(known))}); got '{item}'.\n")
+    from mbrl_offline.algorithms import get_algorithm
+    for algo in args.algo:
+        fields = {f.name for f in dataclasses.fields(get_algorithm(algo)[0].config_class)}
+        for item in args.ours_algo or []:
+            key = item.partition("=")[0]
+            if "=" not in item or key not in fields:
+                parser.exit(2, f"error: --ours-algo takes KEY=VALUE with KEY a setting of {algo} "
+                               f"({', '.join(sorted(fields))}); got '{item}'.\n")
+    if (args.ours_dynamics or args.ours_algo) and not args.label:
+        parser.exit(2, "error: --ours-dynamics and --ours-algo change our side; name its results with --label "
+                       "(e.g. --label ours-per-repeat), so that they are not taken for the defaults' runs.\n")
     args.checkout = str(Path(args.checkout).resolve()) if args.checkout else ""
     run_all(args, peer)

@@ -105,7 +105,77 @@ class _Logger:
         pass
 
 
+def run_offlinerlkit_model_free(args, checkout: Path) -> dict:
+    """CQL or EDAC as Kit's ``run_cql.py`` / ``run_edac.py`` train them (``MFPolicyTrainer`` on the
+    dataset alone), with the per-dataset settings both sides share (`parity.settings`) and our
+    evaluation and measurements after every epoch."""
+    import random
+    kit = import_offlinerlkit(checkout)
+    from offlinerlkit.buffer import ReplayBuffer
+    from offlinerlkit.policy_trainer import MFPolicyTrainer
+
+    from mbrl_offline.algorithms.cql import CQL, CQLConfig
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.evaluation import evaluate_policy
+
+    data, train, _, q_rows = common_data(args.dataset)
+    env = get_env_info(data.env_name)
+    _, high = env.action_bounds()
+    s = settings(args.algo, args.dataset)
+    obs_dim, act_dim = data.obs_dim, data.act_dim
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    if args.algo == "cql":  # run_cql.py: Kit's defaults are CQLConfig's, w per the preset (5 everywhere)
+        # Kit's networks, starting from weights drawn as torch's nn.Linear draws them (Kit's init), by a CQL
+        # built here with the run's seed
+        policy = kit_cql_policy(checkout, CQL(obs_dim, act_dim, -high, high, CQLConfig(cql_weight=s["agent"]["cql_weight"])))
+
+        def q_of(obs, act):
+            return torch.min(policy.critic1(obs, act), policy.critic2(obs, act))
+    else:  # run_edac.py with the dataset's N and eta
+        policy = kit_edac_policy(obs_dim, act_dim, float(high[0]), s["agent"]["num_critics"], s["agent"]["eta"])
+
+        def q_of(obs, act):
+            return policy.critics(obs, act).min(0).values
+    buffer = ReplayBuffer(buffer_size=len(train), obs_shape=(obs_dim,), obs_dtype=np.float32,
+                          action_dim=act_dim, action_dtype=np.float32, device="cpu")
+    buffer.load_dataset({k: getattr(train, k) for k in
+                         ("observations", "actions", "next_observations", "rewards", "terminals")})
+    q_obs, q_act = torch.as_tensor(train.observations[q_rows]), torch.as_tensor(train.actions[q_rows])
+    logger = _Logger(tempfile.mkdtemp(prefix="offlinerlkit-"))
+
+    class Trainer(MFPolicyTrainer):
+        epoch = 0
+
+        def _evaluate(self):
+            Trainer.epoch += 1
+            self.policy.eval()
+            result = evaluate_policy(lambda o: self.policy.select_action(o, deterministic=True), env,
+                                     args.eval_episodes, eval_seed(args.seed, Trainer.epoch))
+            with torch.no_grad():
+                logger.extra = {"q_mean": q_of(q_obs, q_act).mean().item(),
+                                "normalized_score": result["normalized_score"], "return_mean": result["return_mean"]}
+            return {"eval/episode_reward": result["returns"], "eval/episode_length": [0] * len(result["returns"])}
+
+    class _EvalEnv:  # only get_normalized_score is used once _evaluate is replaced
+        def get_normalized_score(self, ret):
+            return (ret - env.ref_min_score) / (env.ref_max_score - env.ref_min_score)
+
+    trainer = Trainer(policy=policy, eval_env=_EvalEnv(), buffer=buffer, logger=logger, epoch=args.epochs,
+                      step_per_epoch=args.updates_per_epoch, batch_size=256, eval_episodes=args.eval_episodes)
+    start = time.perf_counter()
+    trainer.train()
+    curve = [{"epoch": i + 1, "normalized_score": d["normalized_score"], "return_mean": d["return_mean"],
+              "rollout_reward_mean": float("nan"), "q_mean": d["q_mean"], "alpha": d.get("alpha", s["init_alpha"])}
+             for i, d in enumerate(logger.dumps)]  # alpha: the mean of what learn() reported over the epoch
+    return {"model": None, "curve": curve, "agent_seconds": time.perf_counter() - start,
+            "code": str(checkout), "offlinerlkit_path": kit.__file__}
+
+
 def run_offlinerlkit(args, checkout: Path) -> dict:
+    if args.algo in ("cql", "edac"):
+        return run_offlinerlkit_model_free(args, checkout)
     import random
     kit = import_offlinerlkit(checkout)
     from offlinerlkit.buffer import ReplayBuffer
@@ -574,7 +644,8 @@ def cql_update_main(argv) -> None:
 
 
 PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
-                   algos=("mopo", "mobile"), is_checkout=is_checkout, run=run_offlinerlkit, script=__file__)
+                   algos=("mopo", "mobile", "cql", "edac"), is_checkout=is_checkout, run=run_offlinerlkit,
+                   script=__file__)
 
 if __name__ == "__main__":
     if "--cql-update" in sys.argv[1:]:

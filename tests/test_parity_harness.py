@@ -72,6 +72,10 @@ def test_report_puts_the_sides_beside_each_other_with_their_ratio(tmp_path):
     ("vs_official.py", ["--learn", "--edge-of-reach", "/nonexistent"], "--edge-of-reach must name a checkout of"),
     ("vs_offlinerlkit.py", ["--sides", "ours", "--ours-dynamics", "logvar_bound=member"],
      "--ours-dynamics takes KEY=VALUE with KEY a DynamicsConfig setting"),
+    ("vs_offlinerlkit.py", ["--sides", "ours", "--algo", "cql", "--ours-algo", "lse=per_repeat", "--label", "x"],
+     "--ours-algo takes KEY=VALUE with KEY a setting of cql"),
+    ("vs_offlinerlkit.py", ["--sides", "ours", "--algo", "cql", "--ours-algo", "lse_mode=per_repeat"],
+     "name its results with --label"),
 ])
 def test_harnesses_refuse_bad_input_in_one_line(script, args, message, tmp_path):
     done = subprocess.run([sys.executable, str(BENCHMARKS / script), *args], capture_output=True, text=True,
@@ -80,10 +84,12 @@ def test_harnesses_refuse_bad_input_in_one_line(script, args, message, tmp_path)
     assert not list(tmp_path.iterdir())  # nothing written
 
 
-@pytest.mark.parametrize("script, algo", [("vs_offlinerlkit.py", "mobile"), ("vs_official.py", "ravl")])
+@pytest.mark.parametrize("script, algo", [("vs_offlinerlkit.py", "mobile"), ("vs_official.py", "ravl"),
+                                          ("vs_offlinerlkit.py", "cql")])
 def test_our_side_runs_end_to_end_at_a_tiny_budget(script, algo, tmp_path):
     """Our side of each harness (the library as train.py composes it), on pendulum-medium: a 1-epoch
-    model, then 1 agent epoch of 20 updates; the result file holds the model measures and the curve."""
+    model, then 1 agent epoch of 20 updates; the result file holds the model measures and the curve
+    (a model-free agent's, CQL's, the curve alone)."""
     learn = ["--learn"] if script == "vs_official.py" else []
     done = subprocess.run([sys.executable, str(BENCHMARKS / script), *learn, "--algo", algo, "--sides", "ours",
                            "--dataset", "pendulum-medium", "--seeds", "0", "--dynamics-max-epochs", "1",
@@ -92,5 +98,32 @@ def test_our_side_runs_end_to_end_at_a_tiny_budget(script, algo, tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     (result,) = tmp_path.glob(f"{algo}-pendulum-medium-seed0-ours.json")
     run = json.loads(result.read_text())
-    assert run["model"]["epochs"] == 1 and len(run["curve"]) == 1 and np.isfinite(run["curve"][0]["q_mean"])
-    assert run["dynamics_config"]["max_epochs"] == 1
+    assert len(run["curve"]) == 1 and np.isfinite(run["curve"][0]["q_mean"])
+    if algo == "cql":
+        assert run["model"] is None and run["settings"]["model_free"] and run["agent_config"]["cql_weight"] == 5.0
+        return
+    assert run["model"]["epochs"] == 1 and run["dynamics_config"]["max_epochs"] == 1
+
+
+def test_report_of_a_model_free_algorithm_has_no_model_rows(tmp_path):
+    """CQL's and EDAC's runs (no model, no rollouts): the report compares scores, Q and alpha, names
+    our variant's changed settings, and draws two panels."""
+    results = tmp_path / "results"
+    results.mkdir()
+    for i, (side, seed, score, ours_algo) in enumerate([("offlinerlkit", 0, 10.0, None), ("ours", 0, 20.0, None),
+                                                         ("ours-per-repeat", 0, 10.0, ["lse_mode=per_repeat"])]):
+        run = fake_run(side, seed, score, 0.0)
+        run.update(algo="cql", model=None, ours_algo=ours_algo,
+                   settings={"model_free": True, "auto_alpha": True, "init_alpha": 1.0, "agent": {"cql_weight": 5.0}})
+        for c in run["curve"]:
+            c["rollout_reward_mean"] = float("nan")
+        (results / f"{i}.json").write_text(json.dumps(run))
+    out = tmp_path / "parity.md"
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "vs_offlinerlkit.py"), "--results", str(results),
+                           "--report", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    text = out.read_text()
+    assert "### CQL on hopper-medium" in text and "on the dataset alone, cql_weight 5.0" in text
+    assert "ours-per-repeat: lse_mode=per_repeat" in text
+    assert "| normalised score, epoch 5 | 15 | 25 | 15 | 1.67 |" in text
+    assert "holdout" not in text and "dynamics" not in text and "rollout" not in text
