@@ -1,10 +1,12 @@
-"""Our MOPO and MOBILE against OfflineRL-Kit's own code, learning side by side on the same arrays; our
-CQL's update against Kit's ``CQLPolicy.learn`` and our EDAC's against Kit's ``EDACPolicy``, from the same
-weights, batches and draws.
+"""Our MOPO, MOBILE, CQL and EDAC against OfflineRL-Kit's own code, learning side by side on the same
+arrays; our CQL's update against Kit's ``CQLPolicy.learn`` and our EDAC's against Kit's ``EDACPolicy``,
+from the same weights, batches and draws.
 
     git clone https://github.com/yihaosun1124/OfflineRL-Kit /path/to/OfflineRL-Kit
-    python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile \\
+    python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile cql edac \\
         --dataset hopper-medium halfcheetah-medium --seeds 0 1 2 [--jobs 2] [--results runs/parity]
+    python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo cql --sides ours \\
+        --ours-algo lse_mode=per_repeat --label ours-per-repeat ...   # ours with Kit's log-sum-exp, beside
     python benchmarks/vs_offlinerlkit.py --results runs/parity --report docs/parity.md
     python benchmarks/vs_offlinerlkit.py --cql-update --offlinerlkit /path/to/OfflineRL-Kit [--updates 5]
 
@@ -36,7 +38,11 @@ the cosine actor schedule), with the per-dataset values of our preset
 (``mbrl_offline/configs/preset/<algo>-<dataset>.yaml``, which holds OfflineRL-Kit's suggested values), seeded as
 those scripts seed, then runs ``EnsembleDynamics.train`` and ``MBPolicyTrainer.train`` themselves.
 The budget (``--dynamics-max-epochs``, ``--epochs``, ``--updates-per-epoch``, ``--rollouts``,
-``--eval-episodes``) is the same for both sides.
+``--eval-episodes``) is the same for both sides. For CQL and EDAC (model-free, `run_offlinerlkit_model_free`)
+it builds what ``run_cql.py`` / ``run_edac.py`` build (``CQLPolicy`` or ``EDACPolicy``, with the
+dataset's w, or N and eta, from our preset) and runs ``MFPolicyTrainer.train`` on the same training
+rows; Kit's CQL starts from weights drawn by torch's ``nn.Linear`` init (Kit's own) through our CQL's
+constructor with the run's seed.
 
 Adapters that a CPU and the missing ``gym``/``d4rl`` force, none of which changes what is trained:
 ``gym`` and the modules OfflineRL-Kit imports from it are gymnasium's; the dataset arrays are handed
