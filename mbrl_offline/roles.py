@@ -220,6 +220,12 @@ class AgentClass(Protocol):
       the generator hands it over as the ``dynamics`` part (`GeneratorClass.provides_dynamics`).
     - ``divergence_metric``: the metric of ``update`` (an estimate of the value) that the trainer's
       divergence guard watches (``trainer.divergence_q``), or None for none.
+    - ``on_policy`` (optional, read as False): whether it learns only from rollouts of its current policy,
+      each update from a fresh generation taken whole (MOReL's NPG). `mbrl_offline.pairing.check_pair`
+      then requires a generator with ``every=1`` and the ``latest`` mixing rule
+      (`mbrl_offline.buffer.Mixing`), so that the trainer generates before every update and the batch
+      is that generation; a generator whose learner needs its rows grouped into paths labels them
+      (``path`` and ``step`` fields, e.g. `mbrl_offline.generators.rollouts.RolloutConfig.label_paths`).
     - ``published_generator()``: the generator config it was published with (``generator=`` unset).
     - ``for_dataset(dataset, config=None, device="cpu", **parts)``: the agent for a dataset's env (sizes,
       action bounds, and whatever it takes from the data: IQL's reward scale, TD3+BC's state

@@ -1,5 +1,6 @@
 """MOReL: the pessimistic MDP (USAD halting in the rollout generator) and the NPG planner's parts."""
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -129,3 +130,129 @@ def test_the_latest_rule_gives_every_row_of_the_newest_generation_and_no_real_ro
     restored = TransitionBuffer(8, 3, 1)
     restored.load_state_dict(synthetic.state_dict())
     assert restored.latest()["rewards"].tolist() == batch["rewards"].tolist()
+
+
+# ------------------------------------------------------------------------------------------ the NPG planner
+from mbrl_offline.algorithms.morel import (MOReL, MOReLConfig, conjugate_gradient, discounted_sum,  # noqa: E402
+                                           gae_advantages, gaussian_kl, npg_step_size, path_grid)
+
+
+def tiny_agent(**settings):
+    torch.manual_seed(0)
+    config = MOReLConfig(hidden_size=4, hidden_layers=1, **settings)
+    agent = MOReL(3, 2, -np.ones(2), np.ones(2), config)
+    agent.pi.double()
+    with torch.no_grad():  # a policy away from its small init, so that the Fisher matrix is well spread
+        for p in agent.pi.layers.parameters():
+            p.normal_(0, 0.7)
+        agent.pi.log_std.copy_(torch.tensor([-0.3, 0.2]))
+    return agent
+
+
+def fisher_matrix(agent, obs):
+    """The Hessian of the mean KL(old || new) at new = old, built column by column from its definition."""
+    pi = agent.pi
+    theta = pi.flat()
+    old_mean, old_log_std = pi(obs).detach(), pi.log_std.detach().clone()
+
+    def kl_of(flat):
+        sizes = [p.numel() for p in pi.parameters()]
+        parts = torch.split(flat, sizes)
+        log_std = parts[0]
+        x = obs
+        for i, layer in enumerate(pi.layers):
+            w, b = parts[1 + 2 * i].view_as(layer.weight), parts[2 + 2 * i]
+            x = x @ w.T + b
+            if i < len(pi.layers) - 1:
+                x = torch.tanh(x)
+        return gaussian_kl(old_mean, old_log_std, x, log_std)
+
+    return torch.autograd.functional.hessian(kl_of, theta)
+
+
+def test_npg_direction_is_the_direct_solution_of_the_damped_fisher_system_and_the_step_is_normalised():
+    agent = tiny_agent(cg_iters=200, cg_damping=1e-3, step_size=0.02, cg_residual_tol=0.0)
+    obs = torch.randn(64, 3, dtype=torch.float64)
+    actions = torch.randn(64, 2, dtype=torch.float64)
+    advantages = torch.randn(64, dtype=torch.float64)
+    theta = agent.pi.flat()
+    fisher = fisher_matrix(agent, obs)
+    adv = (advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-6)
+    surrogate = (agent.pi.log_likelihood(obs, actions) * adv).mean()
+    g = torch.cat([d.reshape(-1) for d in torch.autograd.grad(surrogate, list(agent.pi.parameters()))])
+    direct = torch.linalg.solve(fisher + 1e-3 * torch.eye(len(theta), dtype=torch.float64), g)
+    alpha = math.sqrt(0.02 / g.dot(direct).item())
+    metrics = agent.npg_step(obs, actions, advantages)
+    step = agent.pi.flat() - theta
+    torch.testing.assert_close(step, alpha * direct, rtol=1e-6, atol=1e-9)
+    assert metrics["alpha"].item() == pytest.approx(alpha, rel=1e-6)
+    # the normalised step: the quadratic KL model of the (undamped) step is delta / 2 up to the damping
+    assert 0.5 * step @ (fisher + 1e-3 * torch.eye(len(theta), dtype=torch.float64)) @ step == pytest.approx(0.01, rel=1e-6)
+
+
+def test_conjugate_gradient_starts_from_x0_and_stops_after_its_iterations():
+    a = torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
+    b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    exact = torch.linalg.solve(a, b)
+    torch.testing.assert_close(conjugate_gradient(lambda v: a @ v, b, b, 2), exact)  # 2 steps solve a 2x2 system
+    one = conjugate_gradient(lambda v: a @ v, b, b, 1)
+    r = b - a @ b  # one steepest-descent step from x0 = b
+    torch.testing.assert_close(one, b + r.dot(r) / r.dot(a @ r) * r)
+    assert npg_step_size(0.02, b, exact).item() == pytest.approx(math.sqrt(0.02 / b.dot(exact).item()))
+
+
+def brute_force_gae(rewards, values, terminated, gamma, lam):
+    """mjrl's process_samples.compute_advantages for one path, literally."""
+    b1 = np.append(values, 0.0 if terminated else values[-1])
+    deltas = rewards + gamma * b1[1:] - b1[:-1]
+    out, run = [], 0.0
+    for t in range(len(deltas) - 1, -1, -1):
+        run = deltas[t] + gamma * lam * run
+        out.append(run)
+    return np.array(out[::-1])
+
+
+def test_gae_and_returns_match_a_loop_over_each_path():
+    rng = np.random.default_rng(0)
+    lengths, terminated = [7, 3, 12, 1], [True, False, False, True]
+    rows = {"path": [], "step": [], "rewards": [], "terminals": []}
+    for p, (n, done) in enumerate(zip(lengths, terminated)):
+        rows["path"] += [p] * n
+        rows["step"] += list(range(n))
+        rows["rewards"] += list(rng.normal(size=n))
+        rows["terminals"] += [False] * (n - 1) + [done]
+    batch = {"path": torch.tensor(rows["path"]), "step": torch.tensor(rows["step"]),
+             "rewards": torch.tensor(rows["rewards"], dtype=torch.float64),
+             "terminals": torch.tensor(rows["terminals"]), "observations": torch.zeros(sum(lengths), 2),
+             "actions": torch.zeros(sum(lengths), 1)}
+    shuffle = torch.randperm(sum(lengths))  # the grid does not depend on the rows' order
+    paths = path_grid({k: v[shuffle] for k, v in batch.items()})
+    assert paths["lengths"].tolist() == lengths and paths["terminated"].tolist() == terminated
+    values = torch.tensor(rng.normal(size=paths["mask"].shape)) * paths["mask"]
+    gamma, lam = 0.99, 0.9
+    advantages = gae_advantages(paths["rewards"], values, paths["mask"], paths["terminated"], gamma, lam)
+    returns = discounted_sum(paths["rewards"], gamma)
+    for p, n in enumerate(lengths):
+        r, v = paths["rewards"][p, :n].numpy(), values[p, :n].numpy()
+        np.testing.assert_allclose(advantages[p, :n].numpy(), brute_force_gae(r, v, terminated[p], gamma, lam),
+                                   rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(returns[p, :n].numpy(), brute_force_gae(r, np.zeros(n), True, gamma, 1.0),
+                                   rtol=1e-10, atol=1e-12)
+    assert (advantages[~paths["mask"]] == 0).all()
+
+
+def test_morel_refuses_a_generator_that_is_not_on_policy_in_one_line():
+    from mbrl_offline.pairing import check_pair
+    from mbrl_offline.algorithms.morel import morel_generator
+
+    check_pair(MOReL, morel_generator())
+    stale = morel_generator()
+    stale.every = 1000
+    for config, word in ((stale, "every=1"), (RolloutGeneratorConfig(), "every=1")):
+        with pytest.raises(ConfigError) as error:
+            check_pair(MOReL, config)
+        assert "\n" not in str(error.value) and word in str(error.value)
+    unlabelled = morel_generator()
+    unlabelled.rollout.label_paths = False
+    with pytest.raises(ConfigError, match="label_paths=true"):
+        check_pair(MOReL, unlabelled)

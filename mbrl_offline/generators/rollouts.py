@@ -267,11 +267,12 @@ class BranchedRollouts:
             if len(obs) == 0:
                 break
         batch = {k: torch.cat([s[k] for s in steps]) for k in steps[0]}
+        halted = batch.pop("halts", None)
+        halted = None if halted is None else halted.sum().item()  # before any path is dropped
         lengths = torch.bincount(batch["path"], minlength=paths)
         if cfg.min_length > 1:  # drop the rollouts shorter than min_length (MOReL: 5)
             kept = lengths[batch["path"]] >= cfg.min_length
             batch = {k: v[kept] for k, v in batch.items()}
-        halted = batch.pop("halts", None)
         if not cfg.label_paths:
             del batch["path"], batch["step"]
         batch["timeouts"] = torch.zeros_like(batch["terminals"])
@@ -283,7 +284,7 @@ class BranchedRollouts:
             "terminated_fraction": batch["terminals"].sum().item() / paths,
         }
         if halted is not None:
-            stats["halted_fraction"] = halted.sum().item() / paths
+            stats["halted_fraction"] = halted / paths  # of the rollouts, short ones included
             stats["usad_threshold"] = self.threshold
         if cfg.min_length > 1:
             stats["dropped_fraction"] = (lengths < cfg.min_length).float().mean().item()
@@ -334,6 +335,13 @@ class RolloutGeneratorConfig(GeneratorConfig):
             raise ConfigError(f"generator.rollout.halt=usad thresholds the disagreement between ensemble members, and "
                               f"{model} has none; use a learned ensemble (generator.true_dynamics=false, "
                               f"generator.dynamics.ensemble_size >= 2) or set generator.rollout.halt=none.")
+
+    def check_agent(self, agent, algo_config) -> None:
+        """An on-policy agent (`mbrl_offline.roles.AgentClass`'s ``on_policy``: MOReL's NPG) reads whole
+        paths: refuse rollouts without their path labels."""
+        if getattr(agent, "on_policy", False) and not self.rollout.label_paths:
+            raise ConfigError(f"{agent.name} reads whole paths, and these rollouts are not labelled with them; set "
+                              f"generator.rollout.label_paths=true (generator={agent.name} does).")
 
     def fitted_model(self) -> Optional[str]:
         """The learned ensemble is fitted into the dynamics cache (the simulator needs none)."""
