@@ -256,3 +256,20 @@ def test_morel_refuses_a_generator_that_is_not_on_policy_in_one_line():
     unlabelled.rollout.label_paths = False
     with pytest.raises(ConfigError, match="label_paths=true"):
         check_pair(MOReL, unlabelled)
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),
+                    reason="set MBRL_OFFLINE_MJRL to a checkout of aravindr93/mjrl, branch v2")
+def test_npg_update_gae_and_baseline_match_the_official_mjrl_code():
+    """benchmarks/vs_mjrl.py: the same paths and weights through mjrl's NPG and ours (docs/parity.md)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from vs_mjrl import compare
+
+    for result in compare(Path(os.environ["MBRL_OFFLINE_MJRL"]), iterations=2):
+        assert result["returns"][1] < 1e-7 and result["advantages"][1] < 1e-6
+        assert result["alpha"][1] < 1e-4 and result["baseline parameters"][1] < 1e-5
+        assert result["policy step"][1] < 5e-3  # float32 CG: a few times the float32-vs-float64 gap
