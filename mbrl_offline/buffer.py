@@ -108,7 +108,7 @@ class TransitionBuffer:
         self.size = 0  # rows filled
         self.cursor = 0  # next row to write
         self.total_added = 0  # rows ever added (for FIFO bookkeeping)
-        self.last_added = 0  # rows of the newest ``add`` still held (`latest`)
+        self.last_added: Optional[int] = None  # rows of the newest ``add`` still held (`latest`); None: no add yet
 
     def __len__(self) -> int:
         return self.size
@@ -135,7 +135,9 @@ class TransitionBuffer:
         self.last_added = n
 
     def latest(self) -> dict[str, torch.Tensor]:
-        """The rows of the newest ``add`` (those still held), in the order they were added."""
+        """The rows of the newest ``add`` (those still held; none if it added none), in the order they were added."""
+        if self.last_added is None:
+            raise RuntimeError("latest() of a buffer nothing was added to")
         index = (torch.arange(self.last_added, device=self.device) + self.cursor - self.last_added) % self.capacity
         return self.rows(index)
 
@@ -173,7 +175,8 @@ class TransitionBuffer:
             self.data[key][:len(rows)] = rows.to(self.device)
         self.size, self.total_added = state["size"], state["total_added"]
         self.cursor = state["cursor"] if wrapped else self.size % self.capacity
-        self.last_added = min(state.get("last_added", 0), self.size)  # saved before `latest` existed: none
+        last = state.get("last_added")  # saved before `latest` existed: none
+        self.last_added = None if last is None else min(last, self.size)
 
 
 class SequenceBuffer:
@@ -464,7 +467,7 @@ class Mixing:
         if cfg.rule == "tape":
             return self._tape(real, synthetic, batch_size, rng)
         if cfg.rule == "latest":
-            if not isinstance(synthetic, TransitionBuffer) or synthetic.last_added == 0:
+            if not isinstance(synthetic, TransitionBuffer) or synthetic.last_added is None:
                 raise ConfigError("mixing.rule=latest learns from the newest generation only, and there is none; "
                                   "use it with a generator of transitions that generates before each update "
                                   "(generator.every=1).")

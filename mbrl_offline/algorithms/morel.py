@@ -355,6 +355,8 @@ class MOReL(FeedForwardAgent):
             raise ConfigError("algo=morel learns from whole paths: set generator.rollout.label_paths=true and "
                               "generator.mixing.rule=latest (its published generator, generator=morel, does).")
         self.updates += 1
+        if len(batch["rewards"]) == 0:  # every path was dropped (shorter than min_length): nothing to learn from
+            return {"paths": torch.zeros((), device=self.device)}
         paths = path_grid(batch)
         mask = paths["mask"]
         advantages, returns, features = self.advantages(paths)

@@ -359,8 +359,8 @@ class RolloutGenerator:
     `RolloutGeneratorConfig` (schedule and mixing are read by the trainer)."""
 
     # what it gives, for the docs' tables
-    summary = ("branched rollouts in a learned dynamics ensemble (or the simulator), optionally penalised or "
-               "UP-MPC planned")
+    summary = ("branched rollouts in a learned dynamics ensemble (or the simulator), optionally penalised, "
+               "UP-MPC planned or halted where the members disagree (MOReL's USAD)")
     config_class = RolloutGeneratorConfig
     produces = "transitions"
     recurrent_policy = False  # branched rollouts step a feed-forward policy
