@@ -111,8 +111,10 @@ def policy_inputs(agent, data, n):
 def needs_its_generator(name: str) -> bool:
     """Whether the agent cannot run without a generator: its losses use the dynamics model (MOBILE), or
     it learns on-policy from the generator's rollouts only (MOReL's NPG)."""
+    if name == FAKE:
+        return False
     agent_cls = ALGORITHMS[name][0]
-    return name != FAKE and (agent_cls.needs_dynamics or getattr(agent_cls, "on_policy", False))
+    return agent_cls.needs_dynamics or getattr(agent_cls, "on_policy", False)
 
 
 CASES = [(name, generator) for name in NAMES for generator in ("published", "none")
