@@ -197,7 +197,8 @@ class Mixing(Protocol):
         """A batch of ``batch_size`` rows with the bool field ``synthetic``; all real while the
         synthetic buffer is missing or empty. A rule that mixes in the loss adds per-row loss weights
         (the float field ``weights``), which agents honour. The ``tape`` rule draws a tape of
-        ``batch_size`` rows from sequence buffers."""
+        ``batch_size`` rows from sequence buffers; the ``latest`` rule gives every row of the synthetic
+        buffer's newest generation, whatever ``batch_size`` (on-policy agents: ``AgentClass.on_policy``)."""
         ...
 
 

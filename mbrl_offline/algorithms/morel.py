@@ -51,7 +51,11 @@ Differences from the official code, and why:
   each member keeps its best holdout snapshot (the official: no holdout, the last epoch).
 * The baseline's features are computed in float32 (the official: float64, then cast).
 * The Fisher-vector product reuses one first-order KL gradient graph for all CG iterations (the
-  official rebuilds it for each product: the same numbers, fewer forward passes).
+  official rebuilds it for each product: the same numbers, fewer forward passes), and the KL leaves
+  out the 1e-8 that mjrl's ``kl_divergence`` adds to its denominator (2 sigma^2 + 1e-8; a relative
+  change below 1e-7 at the log-std floor).
+* The generator logs every uncertainty it computes for USAD (``generator.rollout`` statistics): the
+  aleatoric one means nothing for these deterministic members (their variance head is not trained).
 * USAD's truncation: see `mbrl_offline.generators.rollouts` (the official code tests every step of a
   path but its last, drops short paths before the truncation, and marks paths ended by the
   termination function as not terminated when USAD did not cut them).
