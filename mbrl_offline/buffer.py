@@ -18,7 +18,10 @@ uniformly from the real and synthetic data pooled and mixes them in the loss ins
 weight (the batch's ``weights`` field) such that ``sum_b weights_b loss_b = kappa mean_real(loss) +
 (1 - kappa) mean_synthetic(loss)``; every agent honours that field (`mbrl_offline.algorithms.weights`).
 The fourth, ``tape``, is NEUBAY's own: a `SequenceBuffer.tape` with the same weights over its rows
-that are a transition's start (`tape_weights`).
+that are a transition's start (`tape_weights`). The fifth, ``latest``, is for on-policy learners: the
+batch is every row of the synthetic buffer's newest generation (`TransitionBuffer.latest`) and no real
+row, whatever the batch size; with a generation before every update (``generator.every=1``) each
+update learns from fresh rollouts of the current policy only (MOReL's NPG planner).
 """
 from __future__ import annotations
 
@@ -105,6 +108,7 @@ class TransitionBuffer:
         self.size = 0  # rows filled
         self.cursor = 0  # next row to write
         self.total_added = 0  # rows ever added (for FIFO bookkeeping)
+        self.last_added: Optional[int] = None  # rows of the newest ``add`` still held (`latest`); None: no add yet
 
     def __len__(self) -> int:
         return self.size
@@ -128,6 +132,14 @@ class TransitionBuffer:
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
         self.total_added += n
+        self.last_added = n
+
+    def latest(self) -> dict[str, torch.Tensor]:
+        """The rows of the newest ``add`` (those still held; none if it added none), in the order they were added."""
+        if self.last_added is None:
+            raise RuntimeError("latest() of a buffer nothing was added to")
+        index = (torch.arange(self.last_added, device=self.device) + self.cursor - self.last_added) % self.capacity
+        return self.rows(index)
 
     def add_dataset(self, dataset) -> None:
         """Append every transition of an `OfflineDataset`."""
@@ -152,7 +164,7 @@ class TransitionBuffer:
     def state_dict(self) -> dict:
         """Rows in ring order and the counters: reloading gives the same samples for the same seed."""
         return {"capacity": self.capacity, "size": self.size, "cursor": self.cursor,
-                "total_added": self.total_added, "rows": {k: v[:self.size].cpu() for k, v in self.data.items()}}
+                "total_added": self.total_added, "last_added": self.last_added, "rows": {k: v[:self.size].cpu() for k, v in self.data.items()}}
 
     def load_state_dict(self, state: dict) -> None:
         wrapped = state["size"] == state["capacity"] and state["cursor"] != 0
@@ -163,6 +175,8 @@ class TransitionBuffer:
             self.data[key][:len(rows)] = rows.to(self.device)
         self.size, self.total_added = state["size"], state["total_added"]
         self.cursor = state["cursor"] if wrapped else self.size % self.capacity
+        last = state.get("last_added")  # saved before `latest` existed: none
+        self.last_added = None if last is None else min(last, self.size)
 
 
 class SequenceBuffer:
@@ -346,7 +360,7 @@ class SequenceBuffer:
             self._append(rows, list(state["episode_lengths"]))
 
 
-MIXING_RULES = ("fraction", "counts", "weights", "tape")
+MIXING_RULES = ("fraction", "counts", "weights", "tape", "latest")
 
 
 @dataclass
@@ -358,7 +372,8 @@ class MixingConfig:
     # weights: rows drawn uniformly from real and synthetic data pooled, mixed in the loss by per-row
     # weights: kappa on the real rows' mean loss, 1 - kappa on the synthetic rows';
     # tape: a tape of whole episodes from the synthetic sequences (real ones while there are none), with
-    # per-row weights: kappa on the real rows' masked mean loss, 1 - kappa on the synthetic rows' (NEUBAY).
+    # per-row weights: kappa on the real rows' masked mean loss, 1 - kappa on the synthetic rows' (NEUBAY);
+    # latest: every row of the newest generation and no real row, whatever the batch size (on-policy: MOReL's NPG).
     rule: str = "fraction"
     real_ratio: float = 0.05
     real_rows: int = 16
@@ -418,7 +433,7 @@ class Mixing:
         """Real rows in a batch of ``batch_size`` once there is synthetic data; None under the
         ``weights`` and ``tape`` rules, where the count varies from batch to batch."""
         cfg = self.config
-        if cfg.rule in ("weights", "tape"):
+        if cfg.rule in ("weights", "tape", "latest"):
             return None
         if cfg.rule == "counts":
             if cfg.real_rows > batch_size:
@@ -442,12 +457,23 @@ class Mixing:
         uncertainty, ...) are in every batch from a synthetic buffer; the rows from the buffer without
         them hold NaN (floating fields), -1 (integer fields) or False (bool fields).
 
+        ``latest``: every row of ``synthetic``'s newest generation (`TransitionBuffer.latest`), all
+        marked synthetic; ``batch_size`` is not read.
+
         ``tape`` (`SequenceBuffer` s, ``batch_size`` = T rows): a `SequenceBuffer.tape` from ``synthetic``,
         or from ``real`` while ``synthetic`` is None or empty (its rows come from one buffer, so it holds
         that buffer's fields only), and a float field ``weights`` ``(T,)`` (`tape_weights`)."""
         cfg = self.config
         if cfg.rule == "tape":
             return self._tape(real, synthetic, batch_size, rng)
+        if cfg.rule == "latest":
+            if not isinstance(synthetic, TransitionBuffer) or synthetic.last_added is None:
+                raise ConfigError("mixing.rule=latest learns from the newest generation only, and there is none; "
+                                  "use it with a generator of transitions that generates before each update "
+                                  "(generator.every=1).")
+            batch = synthetic.latest()
+            batch["synthetic"] = torch.ones(len(batch["rewards"]), dtype=torch.bool, device=synthetic.device)
+            return batch
         empty = synthetic is None or len(synthetic) == 0
         fields = {} if synthetic is None else {**real.schema, **synthetic.schema}
         if cfg.rule == "weights":

@@ -23,7 +23,8 @@ def check_pair(agent_cls, generator_config, algo_config=None, agent=None, genera
     (``provides_dynamics``/``needs_dynamics``). From the settings: that the mixing rule draws what the
     agent learns from (tapes for an agent of sequences, rows otherwise) and can fill its batch
     (``mixing.real_rows`` at most ``algo.batch_size``), and the generator config's own checks of the
-    agent (``check_agent``, e.g. the posterior's rollouts per elite). A generator config's checks of
+    agent (``check_agent``, e.g. the posterior's rollouts per elite). An ``on_policy`` agent (MOReL's NPG)
+    needs a generator that generates before every update (``every=1``) and the ``latest`` mixing rule. A generator config's checks of
     itself (its kind, schedule and mixing settings) ran when it was made (`mbrl_offline.roles.GeneratorConfig`)."""
     kind = getattr(generator_config, "kind", "none")
     if generator_cls is None and kind in registry.GENERATORS:
@@ -46,6 +47,14 @@ def check_pair(agent_cls, generator_config, algo_config=None, agent=None, genera
                           + ("draws rows, not tapes; set generator.mixing.rule=tape." if agent_cls.consumes == "sequences"
                              else "draws tapes of episodes; choose another mixing rule (e.g. fraction)."))
     Mixing(mixing).real_rows(algo_config.batch_size)  # a rule that cannot fill the agent's batch fails here
+    if getattr(agent_cls, "on_policy", False):  # learns from the current policy's fresh paths only (MOReL's NPG)
+        if generator_cls is None:
+            raise ConfigError(f"{name} learns from rollouts of its current policy only, and generator '{kind}' makes "
+                              f"none; leave generator unset for {name}'s own.")
+        if mixing.rule != "latest" or getattr(generator_config, "every", 0) != 1 or generator_config.utd is not None:
+            raise ConfigError(f"{name} learns on-policy: each update must take a fresh generation whole; set "
+                              f"generator.every=1, generator.utd=null and generator.mixing.rule=latest (got every="
+                              f"{getattr(generator_config, 'every', None)}, rule={mixing.rule}).")
     if generator_config is not None:
         generator_config.check_agent(agent if agent is not None else agent_cls, algo_config)
 

@@ -197,7 +197,8 @@ class Mixing(Protocol):
         """A batch of ``batch_size`` rows with the bool field ``synthetic``; all real while the
         synthetic buffer is missing or empty. A rule that mixes in the loss adds per-row loss weights
         (the float field ``weights``), which agents honour. The ``tape`` rule draws a tape of
-        ``batch_size`` rows from sequence buffers."""
+        ``batch_size`` rows from sequence buffers; the ``latest`` rule gives every row of the synthetic
+        buffer's newest generation, whatever ``batch_size`` (on-policy agents: ``AgentClass.on_policy``)."""
         ...
 
 
@@ -220,6 +221,12 @@ class AgentClass(Protocol):
       the generator hands it over as the ``dynamics`` part (`GeneratorClass.provides_dynamics`).
     - ``divergence_metric``: the metric of ``update`` (an estimate of the value) that the trainer's
       divergence guard watches (``trainer.divergence_q``), or None for none.
+    - ``on_policy`` (optional, read as False): whether it learns only from rollouts of its current policy,
+      each update from a fresh generation taken whole (MOReL's NPG). `mbrl_offline.pairing.check_pair`
+      then requires a generator with ``every=1`` and the ``latest`` mixing rule
+      (`mbrl_offline.buffer.Mixing`), so that the trainer generates before every update and the batch
+      is that generation; a generator whose learner needs its rows grouped into paths labels them
+      (``path`` and ``step`` fields, e.g. `mbrl_offline.generators.rollouts.RolloutConfig.label_paths`).
     - ``published_generator()``: the generator config it was published with (``generator=`` unset).
     - ``for_dataset(dataset, config=None, device="cpu", **parts)``: the agent for a dataset's env (sizes,
       action bounds, and whatever it takes from the data: IQL's reward scale, TD3+BC's state

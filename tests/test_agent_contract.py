@@ -74,7 +74,7 @@ def tiny(name: str, generator: str = "published", mixing=None):
     fields = {f.name for f in dataclasses.fields(published)}
     changes = {"mixing": mixing or published.mixing}
     if getattr(published, "utd", None) is None:  # under a UTD schedule `every` has no effect (and is refused)
-        changes["every"] = 10
+        changes["every"] = 1 if getattr(agent_cls, "on_policy", False) else 10  # on-policy: a generation per update
     if "dynamics" in fields:
         dynamics = published.dynamics  # its recipe at test sizes (an L2 weight decay per layer: none)
         changes["dynamics"] = dataclasses.replace(dynamics, **TINY_DYNAMICS,
@@ -108,8 +108,17 @@ def policy_inputs(agent, data, n):
     return history_inputs(obs, torch.as_tensor(data.actions[:n]), torch.as_tensor(data.rewards[:n]), starts), starts
 
 
+def needs_its_generator(name: str) -> bool:
+    """Whether the agent cannot run without a generator: its losses use the dynamics model (MOBILE), or
+    it learns on-policy from the generator's rollouts only (MOReL's NPG)."""
+    if name == FAKE:
+        return False
+    agent_cls = ALGORITHMS[name][0]
+    return agent_cls.needs_dynamics or getattr(agent_cls, "on_policy", False)
+
+
 CASES = [(name, generator) for name in NAMES for generator in ("published", "none")
-         if not (generator == "none" and name != FAKE and ALGORITHMS[name][0].needs_dynamics)]
+         if not (generator == "none" and needs_its_generator(name))]
 
 
 @pytest.mark.parametrize("name, generator", CASES)
@@ -215,6 +224,11 @@ def test_agent_honours_per_row_loss_weights(name, data, cache, tmp_path):
     """From the same state and seed: weights of 1/B train as no weights do; rows of weight 0 change
     nothing, whatever they hold; and a run under the weights rule trains with finite metrics."""
     sequences = ALGORITHMS[name][0].consumes == "sequences"
+    if getattr(ALGORITHMS[name][0], "on_policy", False):  # takes whole generations: a weighted mix is refused
+        with pytest.raises(ConfigError) as error:
+            trainer_for(name, data, cache, tmp_path / "run", epochs=1, mixing=MixingConfig(rule="weights", kappa=0.3))
+        assert "\n" not in str(error.value) and "mixing.rule=latest" in str(error.value)
+        return
     trainer = trainer_for(name, data, cache, tmp_path / "run", epochs=1,
                           mixing=MixingConfig(rule="tape" if sequences else "weights", kappa=0.3))
     agent, rows = trainer.agent, trainer.agent.config.batch_size

@@ -57,7 +57,7 @@ def test_train_then_evaluate(tmp_path, device):
     ("algo=edac preset=edac-hopper-medium env=walker2d", "error: that preset holds the settings published for "
                                                           "hopper-medium, not for env walker2d; use env=hopper"),
     ("generator.mixing.real_ratio=1.5", "error: mixing.real_ratio must be between 0 and 1, got 1.5."),
-    ("generator.mixing.rule=half", "error: unknown mixing rule 'half'; choose one of fraction, counts, weights, tape."),
+    ("generator.mixing.rule=half", "error: unknown mixing rule 'half'; choose one of fraction, counts, weights, tape, latest."),
     ("generator.rollout.horizon=0", "error: rollout.horizon must be at least 1, got 0."),
     ("generator.dynamics.num_elites=9", "error: num_elites must be in 1..ensemble_size (7), got 9."),
     ("generator.every=-1", "error: generator.every must be >= 0 (0: generate once), got -1."),

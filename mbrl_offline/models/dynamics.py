@@ -83,8 +83,8 @@ from mbrl_offline.config import (check_field_types, require_above_zero,
 from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
-from mbrl_offline.models.uncertainty import (epistemic_rms, max_aleatoric_std, mean_disagreement, sample_members,
-                                            sampled_disagreement)
+from mbrl_offline.models.uncertainty import (epistemic_rms, max_aleatoric_std, max_pairwise_distance, mean_disagreement,
+                                            sample_members, sampled_disagreement)
 from mbrl_offline.torch_files import load_plain, save_plain
 from mbrl_offline.utils import CUDAGraphed
 
@@ -94,9 +94,10 @@ LOGVAR_BOUNDS = ("member", "shared", "fixed")
 INITS = ("trunc_normal", "uniform")
 VARIANCE_HEADS = ("logvar", "log_std")
 STATISTICS = ("train_unbiased", "all_population")
-LOSSES = ("sum_members", "mean_nll")
+LOSSES = ("sum_members", "mean_nll", "mse")
 OPTIMIZERS = ("adam_l2", "adamw")
-ACTIVATIONS = {"silu": nn.functional.silu, "leaky_relu": nn.functional.leaky_relu}  # leaky_relu: slope 0.01
+ACTIVATIONS = {"silu": nn.functional.silu, "leaky_relu": nn.functional.leaky_relu,  # leaky_relu: slope 0.01
+               "relu": nn.functional.relu}
 
 
 @dataclass
@@ -105,7 +106,8 @@ class DynamicsConfig:
     num_elites: int = 5  # members used for prediction: the lowest holdout MSE
     hidden_size: int = 200
     hidden_layers: int = 4
-    activation: str = "silu"  # of the hidden layers: silu (MBPO, RAVL, OfflineRL-Kit) or leaky_relu (slope 0.01, NEUBAY)
+    # of the hidden layers: silu (MBPO, RAVL, OfflineRL-Kit), leaky_relu (slope 0.01, NEUBAY) or relu (MOReL)
+    activation: str = "silu"
     layer_norm: bool = False  # LayerNorm (affine, per member) after each hidden layer's linear map (NEUBAY)
     learning_rate: float = 1e-3
     # L2 weight decay of each layer's weights (hidden layers, then the output head), as in RAVL; () for none.
@@ -154,7 +156,9 @@ class DynamicsConfig:
     statistics: str = "train_unbiased"
     # "sum_members": mean over rows and outputs of logvar + (y - mu)^2 / var, summed over members (plus the
     # bound penalty); "mean_nll": the Gaussian NLL with its constants, 1/2 log 2 pi + log sigma +
-    # (y - mu)^2 / (2 sigma^2), averaged over members, rows and outputs (NEUBAY).
+    # (y - mu)^2 / (2 sigma^2), averaged over members, rows and outputs (NEUBAY); "mse": the mean's squared
+    # error averaged over rows and outputs, summed over members (deterministic members: MOReL; the variance
+    # head is not trained and needs logvar_bounds="fixed").
     loss: str = "sum_members"
     # "adam_l2": Adam with weight_decay's L2 gradients per layer; "adamw": AdamW, decoupled decay
     # adamw_weight_decay on every parameter (LayerNorm and biases included: NEUBAY's optax.adamw).
@@ -210,6 +214,9 @@ class DynamicsConfig:
             if not self.log_std_min < self.log_std_max:
                 raise ConfigError(f"dynamics log_std_min ({self.log_std_min}) must be below log_std_max "
                                   f"({self.log_std_max}).")
+        if self.loss == "mse" and self.logvar_bounds != "fixed":
+            raise ConfigError(f"dynamics loss 'mse' trains the means only, so learned log-variance bounds would drift "
+                              f"under their penalty alone; set logvar_bounds='fixed', got '{self.logvar_bounds}'.")
         if self.optimizer == "adamw" and any(self.weight_decay):
             raise ConfigError("dynamics optimizer 'adamw' decays through adamw_weight_decay; set weight_decay to "
                               f"() or zeros, got {tuple(self.weight_decay)}.")
@@ -253,6 +260,20 @@ DYNAMICS_RECIPES = {
                    log_std_min=-5.0, log_std_max=0.25, normalise_outputs=True, statistics="all_population",
                    loss="mean_nll", optimizer="adamw", adamw_weight_decay=5e-5, drop_last=False, skip_timeouts=True,
                    record_uncertainty=True),
+    # MOReL's deterministic models (aravindr93/mjrl v2, mjrl/algos/mbrl/nn_dynamics.py with
+    # projects/morel/configs/d4rl_hopper_medium.txt): 4 members of 2 x 512 ReLU units, squared error of
+    # the mean next-state change, Adam at 1e-3 without weight decay, batch 256, every member its own
+    # shuffle of all rows, 25 epochs. Here the reward is one more output (the official code uses a
+    # hand-written reward function, for hopper only), the targets are normalised by the observations'
+    # std (the official: the change's mean and mean absolute deviation), 1000 rows are held out to log
+    # the error (the official: none; patience 25 never stops the 25 epochs early) and every member is
+    # an elite (the official uses all four).
+    "morel": dict(ensemble_size=4, num_elites=4, hidden_size=512, hidden_layers=2, activation="relu", layer_norm=False,
+                  learning_rate=1e-3, weight_decay=(), logvar_bound_coef=0.0, logvar_bounds="fixed",
+                  logvar_min=-10.0, logvar_max=0.5, init_truncation=None, batch_size=256, holdout_ratio=0.2,
+                  max_holdout=1000, bootstrap="none", max_epochs=25, min_epochs=0, patience=25,
+                  improvement_threshold=0.01, input_clip=None, init="uniform", normalise_outputs=True,
+                  loss="mse"),
 }
 
 # The settings added for NEUBAY's posterior, with their defaults: a config that leaves them at these
@@ -406,7 +427,8 @@ class GaussianEnsembleDynamics(nn.Module):
         every member is evaluated, and each row also gets (`mbrl_offline.models.uncertainty`):
         ``aleatoric`` (MOPO's max over all members of the predicted std's norm), ``disagreement``
         (COPlanner's mean over outputs of the std over all members of one sample each; the row's own
-        transition is its elite's sample) and ``epistemic`` (the spread of the members' mean next states).
+        transition is its elite's sample), ``epistemic`` (the spread of the members' mean next states) and
+        ``usad`` (MOReL's largest distance between two members' mean next states).
 
         Without ``uncertainty`` only each row's own member is evaluated: rows are grouped by member
         and the groups run as one batched pass, 1/num_elites of evaluating every elite on every row.
@@ -441,6 +463,7 @@ class GaussianEnsembleDynamics(nn.Module):
             result["aleatoric"] = max_aleatoric_std(logvar)
             result["disagreement"] = sampled_disagreement(samples)
             result["epistemic"] = mean_disagreement(mean)
+            result["usad"] = max_pairwise_distance(mean)
         return result
 
     def _grouped_forward(self, x: torch.Tensor, choice: torch.Tensor, members: torch.Tensor
@@ -531,6 +554,8 @@ class GaussianEnsembleDynamics(nn.Module):
         log-variance bound penalty; with ``"mean_nll"`` the NLL with its constants averaged over
         members, rows and outputs (plus the penalty if the bounds are learned)."""
         mean, logvar = self(x)
+        if self.config.loss == "mse":  # deterministic members (MOReL): the mean's squared error only
+            return (mean - y).pow(2).mean(dim=(1, 2)).sum()
         if self.config.loss == "mean_nll":
             nll = 0.5 * (math.log(2 * math.pi) + logvar + (mean - y).pow(2) * torch.exp(-logvar)).mean()
         else:

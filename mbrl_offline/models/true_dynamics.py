@@ -100,6 +100,6 @@ class TrueDynamics:
         result = {"next_observations": next_obs, "rewards": rewards,
                   "member": torch.zeros(len(rewards), dtype=torch.long, device=rewards.device)}
         if uncertainty:
-            for key in ("aleatoric", "disagreement", "epistemic"):
+            for key in ("aleatoric", "disagreement", "epistemic", "usad"):
                 result[key] = torch.zeros_like(rewards)
         return result

@@ -15,6 +15,9 @@ or samples derived from them, and returns one number per row, ``(B,)``:
 * `epistemic_rms` (NEUBAY): ``sqrt(mean_d Var_i mu_{i,d})``, the root mean over outputs of the
   population variance of the members' means; NEUBAY takes it over the elites in the normalised output
   space (`GaussianEnsembleDynamics.posterior_step`).
+* `max_pairwise_distance` (MOReL's USAD): ``max_{i<j} |mu_i^{s'} - mu_j^{s'}|_2``, the largest distance
+  between two members' mean next states for the same input (every member; MOReL's ``run_morel.py``
+  and ``model_based_npg.py`` take it over all model pairs, on the next state only).
 * `bellman_target_spread` (MOBILE): ``std_i mean_m V(s'_{i,m})`` over next states sampled from each
   member, where V is the caller's value of a next state (MOBILE: the target critics' min at a
   policy action); the std is torch's default (unbiased), as ``torch.std`` in MOBILE's code.
@@ -58,6 +61,13 @@ def epistemic_rms(mean: torch.Tensor) -> torch.Tensor:
     """NEUBAY's U ("epi_mean"): ``(members, B, D)`` means -> ``sqrt(mean_d Var_i mu_{i,d})`` ``(B,)``, the
     population variance over members, every output (reward included)."""
     return mean.var(dim=0, correction=0).mean(dim=-1).sqrt()
+
+
+def max_pairwise_distance(mean: torch.Tensor) -> torch.Tensor:
+    """MOReL's USAD disagreement: ``(members, B, obs_dim + 1)`` means -> ``max_{i<j} |mu_i - mu_j|_2`` over
+    the next-state part ``(B,)``, every pair of members at once (0 for a single member)."""
+    states = mean[..., :-1].transpose(0, 1)  # (B, members, obs_dim)
+    return torch.cdist(states, states, compute_mode="donot_use_mm_for_euclid_dist").amax(dim=(1, 2))
 
 
 def bellman_target_spread(next_observations: torch.Tensor, value: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:

@@ -1,0 +1,170 @@
+"""Our MOReL's NPG planner against the official MOReL code's own NPG, GAE and baseline (aravindr93/mjrl,
+branch v2), on the same paths from the same weights.
+
+    git clone -b v2 https://github.com/aravindr93/mjrl /path/to/mjrl        # measured at 15bf3c0
+    python benchmarks/vs_mjrl.py --mjrl /path/to/mjrl
+
+The official planner's update (``ModelBasedNPG.train_step`` after its rollouts) is plain numpy and
+PyTorch: ``process_samples.compute_returns`` and ``compute_advantages`` (GAE against ``MLPBaseline``),
+``NPG.train_from_paths`` (whitened advantages, the vanilla gradient, CG on the mean KL's Hessian-vector
+products, the normalised step) and ``MLPBaseline.fit``. Its rollouts need MuJoCo environments (mujoco-py),
+which cannot be installed here, so the paths are fed directly: ``--paths`` paths of hopper's sizes
+(11 observations, 3 actions) with random lengths up to ``--horizon``, random rewards and a random half
+of them terminated. mjrl's ``MLP`` policy (2 x 64 tanh, log-std -0.25, floor -1) and ``MLPBaseline``
+(2 x 128) are built with their own seeds; our `MOReL` agent takes copies of their weights; both take the
+same paths (ours as rows labelled with ``path`` and ``step``, shuffled) and the baseline's fit the same
+permutation (mjrl draws it with ``np.random.permutation``; the same seed gives it to ours).
+
+Printed: the largest absolute difference, and that relative to the largest value, of the returns, the
+advantages, the step size alpha, the new policy parameters, the policy's step (new - old parameters)
+and the fitted baseline's parameters, and (for scale) the difference between our step in float32 and
+the same step in float64, over ``--iterations`` successive
+updates (each on fresh random paths). Nothing of mjrl's is copied here: its modules are imported from the
+checkout, without its ``mjrl/__init__.py`` (which imports the MuJoCo environments) and with a stand-in for
+``mjrl.samplers.core`` (the env sampler, unused).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def import_mjrl(checkout: Path):
+    """mjrl's ``npg_cg``, ``process_samples``, ``MLP`` and ``MLPBaseline`` from a checkout of branch v2."""
+    package = types.ModuleType("mjrl")
+    package.__path__ = [str(Path(checkout) / "mjrl")]
+    sys.modules["mjrl"] = package  # its __init__ imports mjrl.envs (MuJoCo); the rest is importable
+    for name in ("mjrl.samplers", "mjrl.samplers.core"):
+        module = types.ModuleType(name)
+        module.__path__ = []
+        sys.modules[name] = module
+    from mjrl.algos.npg_cg import NPG
+    from mjrl.baselines.mlp_baseline import MLPBaseline
+    from mjrl.policies.gaussian_mlp import MLP
+    import mjrl.utils.process_samples as process_samples
+    return NPG, MLPBaseline, MLP, process_samples
+
+
+def random_paths(rng: np.random.Generator, count: int, horizon: int, obs_dim: int, act_dim: int) -> list[dict]:
+    paths = []
+    for _ in range(count):
+        length = int(rng.integers(5, horizon + 1))
+        paths.append({"observations": rng.normal(size=(length, obs_dim)).astype(np.float32) * 3.0,
+                      "actions": rng.normal(size=(length, act_dim)).astype(np.float32),
+                      "rewards": rng.normal(1.0, 1.0, size=length),
+                      "terminated": bool(rng.random() < 0.5)})
+    return paths
+
+
+def as_rows(paths: list[dict], order: np.ndarray) -> dict[str, torch.Tensor]:
+    """The paths as our generator stores them: rows labelled with their path and step, in ``order``."""
+    rows = {"observations": np.concatenate([p["observations"] for p in paths]),
+            "actions": np.concatenate([p["actions"] for p in paths]),
+            "rewards": np.concatenate([p["rewards"] for p in paths]).astype(np.float32),
+            "path": np.concatenate([np.full(len(p["rewards"]), i) for i, p in enumerate(paths)]),
+            "step": np.concatenate([np.arange(len(p["rewards"])) for p in paths]),
+            "terminals": np.concatenate([np.arange(len(p["rewards"])) == len(p["rewards"]) - 1 if p["terminated"]
+                                         else np.zeros(len(p["rewards"]), bool) for p in paths])}
+    return {k: torch.as_tensor(v[order]) for k, v in rows.items()}
+
+
+def differences(ours: torch.Tensor, theirs) -> tuple[float, float]:
+    theirs = torch.as_tensor(np.asarray(theirs), dtype=torch.float64).reshape(-1)
+    ours = ours.detach().double().reshape(-1)
+    gap = (ours - theirs).abs().max().item()
+    return gap, gap / max(theirs.abs().max().item(), 1e-30)
+
+
+def compare(checkout: Path, iterations: int = 3, paths_per_update: int = 40, horizon: int = 300, seed: int = 0) -> list[dict]:
+    """Per update: ``{quantity: (max abs difference, relative to the largest value)}``."""
+    from mbrl_offline.algorithms.morel import MOReL, MOReLConfig, path_grid
+
+    NPG, MLPBaseline, MLP, process_samples = import_mjrl(checkout)
+    obs_dim, act_dim, config = 11, 3, MOReLConfig()
+    policy = MLP(observation_dim=obs_dim, action_dim=act_dim, hidden_sizes=(64, 64), seed=123,
+                 init_log_std=config.init_log_std, min_log_std=config.min_log_std)
+    baseline = MLPBaseline(None, inp_dim=obs_dim, reg_coef=1e-3, batch_size=256, epochs=1, learn_rate=1e-3)
+    npg = NPG(None, policy, baseline, normalized_step_size=config.step_size,
+              FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping}, save_logs=False)
+    agent = MOReL(obs_dim, act_dim, -np.ones(act_dim), np.ones(act_dim), config)
+    agent.pi.set_flat(policy.get_param_values(), config.min_log_std, config.max_log_std)  # mjrl's order: log-std first
+    layer = {"fc_0": "0", "fc_1": "2", "fc_2": "4"}  # mjrl's Sequential names its layers; ours counts them
+    agent.baseline.load_state_dict({layer[k.split(".")[0]] + "." + k.split(".")[1]: v
+                                    for k, v in baseline.model.state_dict().items()})
+    rng = np.random.default_rng(seed)
+    results = []
+    for _ in range(iterations):
+        paths = random_paths(rng, paths_per_update, horizon, obs_dim, act_dim)
+        rows = as_rows(paths, rng.permutation(sum(len(p["rewards"]) for p in paths)))
+        # ours (GAE against the baseline before its fit, the NPG step, then the fit)
+        before = policy.get_param_values().numpy().copy()
+        grid = path_grid(rows)
+        mask = grid["mask"]
+        advantages, returns, features = agent.advantages(grid)
+        exact = copy.deepcopy(agent.pi).double()  # the same step in float64: the size of float32's rounding
+        exact_agent = copy.copy(agent)
+        exact_agent.pi = exact
+        exact_agent.npg_step(grid["observations"][mask].double(), grid["actions"][mask].double(), advantages[mask])
+        step = agent.npg_step(grid["observations"][mask], grid["actions"][mask], advantages[mask])
+        np.random.seed(seed)
+        order = torch.as_tensor(np.random.permutation(int(mask.sum())))
+        agent.fit_baseline(features[mask], returns[mask], order=order)
+        # mjrl's (ModelBasedNPG.train_step after the rollouts)
+        process_samples.compute_returns(paths, config.gamma)
+        process_samples.compute_advantages(paths, baseline, config.gamma, config.gae_lambda)
+        theirs_alpha = []
+        original_sqrt = torch.sqrt
+
+        def recording_sqrt(x, *args, **kwargs):  # alpha = sqrt(|delta / (g^T x + 1e-10)|) in train_from_paths
+            out = original_sqrt(x, *args, **kwargs)
+            theirs_alpha.append(out.item())
+            return out
+
+        torch.sqrt = recording_sqrt
+        try:
+            npg.train_from_paths(paths)
+        finally:
+            torch.sqrt = original_sqrt
+        np.random.seed(seed)
+        baseline.fit(paths)
+        ours_baseline = torch.cat([p.detach().reshape(-1) for p in agent.baseline.parameters()])
+        theirs_baseline = torch.cat([p.detach().reshape(-1) for p in baseline.model.parameters()])
+        results.append({
+            "returns": differences(returns[mask], np.concatenate([p["returns"] for p in paths])),
+            "advantages": differences(advantages[mask], np.concatenate([p["advantages"] for p in paths])),
+            "alpha": differences(step["alpha"], theirs_alpha[0]),
+            "policy parameters": differences(agent.pi.flat(), policy.get_param_values().numpy()),
+            "policy step": differences(agent.pi.flat() - torch.as_tensor(before), policy.get_param_values().numpy() - before),
+            "baseline parameters": differences(ours_baseline, theirs_baseline.numpy()),
+            "policy step, ours in float32 vs float64": differences(agent.pi.flat() - torch.as_tensor(before),
+                                                                 (exact.flat() - torch.as_tensor(before).double()).numpy()),
+        })
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--mjrl", required=True, type=Path, help="a checkout of aravindr93/mjrl, branch v2")
+    parser.add_argument("--iterations", type=int, default=3, help="successive NPG updates compared")
+    parser.add_argument("--paths", type=int, default=40, help="paths per update")
+    parser.add_argument("--horizon", type=int, default=300, help="the longest path")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    results = compare(args.mjrl, args.iterations, args.paths, args.horizon, args.seed)
+    print("| update | quantity | max abs difference | relative |")
+    print("|---|---|---|---|")
+    for i, result in enumerate(results, 1):
+        for name, (gap, relative) in result.items():
+            print(f"| {i} | {name} | {gap:.3g} | {relative:.3g} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,275 @@
+"""MOReL: the pessimistic MDP (USAD halting in the rollout generator) and the NPG planner's parts."""
+import itertools
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from mbrl_offline.data.termination import never
+from mbrl_offline.errors import ConfigError
+from mbrl_offline.generators.rollouts import (BranchedRollouts, RolloutConfig, RolloutGeneratorConfig,
+                                              episode_starts, usad_threshold)
+from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
+from mbrl_offline.policies import FunctionPolicy
+
+
+def deterministic_ensemble(obs_dim=3, act_dim=2, members=4, seed=0):
+    torch.manual_seed(seed)
+    model = GaussianEnsembleDynamics(obs_dim, act_dim, DynamicsConfig(
+        ensemble_size=members, num_elites=members, hidden_size=16, hidden_layers=2, activation="relu",
+        weight_decay=(), logvar_bounds="fixed", loss="mse", input_clip=None))
+    model.mark_fitted()
+    return model
+
+
+def drifting_ensemble():
+    """Every member adds 1 to obs[0]; member m adds 0.1 m relu(obs[0]) to obs[1]; rewards 0. The largest
+    disagreement (members 0 and 3) is 0.3 relu(obs[0]) for any action."""
+    model = deterministic_ensemble(obs_dim=3, act_dim=1, members=4)
+    model.hidden = model.hidden[:1]
+    model.norms = model.norms[:1]
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        model.hidden[0].weight[:, 0, 0] = 1.0  # hidden unit 0 = relu(obs[0])
+        model.head.weight.data = torch.zeros(4, 16, 8)
+        model.head.bias.data = torch.zeros(4, 1, 8)
+        model.head.bias[:, 0, 0] = 1.0
+        model.head.weight[:, 0, 1] = 0.1 * torch.arange(4.0)
+        model.output_scale.fill_(1.0)
+        model.output_shift.fill_(0.0)
+    return model
+
+
+def test_usad_threshold_is_the_largest_same_input_pairwise_distance_over_the_data_divided_by_kappa():
+    model = deterministic_ensemble()
+    obs, act = torch.randn(300, 3), torch.randn(300, 2)
+    brute = 0.0
+    with torch.no_grad():
+        mean, _ = model.predict(obs, act)  # (members, rows, obs_dim + 1): next-state change, reward
+        for row in range(300):
+            for i, j in itertools.combinations(range(4), 2):
+                brute = max(brute, float(np.linalg.norm((mean[i, row, :-1] - mean[j, row, :-1]).numpy())))
+    assert usad_threshold(model, obs, act, 3.0, chunk=64) == pytest.approx(brute / 3.0, rel=1e-6)
+    assert usad_threshold(model, obs, act, 0.5) == pytest.approx(brute * 2.0, rel=1e-6)
+
+
+@pytest.mark.parametrize("min_steps, halt_step", [(1, 2), (4, 3)])
+def test_a_rollout_halts_at_the_first_violation_with_the_halt_reward_once_and_no_bootstrap(min_steps, halt_step):
+    model = drifting_ensemble()
+    data_obs = torch.zeros(6, 3)
+    data_obs[:, 0] = torch.arange(6.0)  # obs[0] in 0..5: the largest disagreement is 0.3 * 5 = 1.5
+    config = RolloutConfig(horizon=10, rollouts_per_epoch=2, member="every", deterministic_model=True, halt="usad",
+                           pessimism_coef=3.0, halt_reward=-7.0, halt_min_steps=min_steps, label_paths=True)
+    rollouts = BranchedRollouts(model, never, config)
+    rollouts.threshold = usad_threshold(model, data_obs, torch.zeros(6, 1), 3.0)
+    assert rollouts.threshold == pytest.approx(0.5)
+    # from obs[0] = 0: disagreement 0.3 t at step t, above 0.5 first at t = 2
+    batch, stats = rollouts.rollout(FunctionPolicy(lambda o: torch.zeros(len(o), 1)), torch.zeros(2, 3))
+    assert stats["halted_fraction"] == 1.0 and stats["terminated_fraction"] == 1.0
+    assert len(batch["rewards"]) == 8 * (halt_step + 1)  # 2 starts x 4 members, steps 0..halt_step
+    order = torch.argsort(batch["path"] * 100 + batch["step"])
+    rewards = batch["rewards"][order].view(8, halt_step + 1)
+    terminals = batch["terminals"][order].view(8, halt_step + 1)
+    expected = torch.zeros(halt_step + 1)
+    expected[-1] = -7.0  # the halt reward once, on the halting transition
+    torch.testing.assert_close(rewards, expected.expand(8, -1))
+    assert terminals[:, -1].all() and not terminals[:, :-1].any()  # terminal: nothing bootstraps after it
+    assert sorted(batch["member"].unique().tolist()) == [0, 1, 2, 3]
+
+
+def test_without_a_violation_nothing_halts_and_short_paths_are_dropped():
+    model = drifting_ensemble()
+    config = RolloutConfig(horizon=6, rollouts_per_epoch=3, member="every", deterministic_model=True, halt="usad",
+                           halt_reward=-7.0, min_length=5, label_paths=True)
+    rollouts = BranchedRollouts(model, lambda s: s[..., 0] > 2.5, config)  # terminal when obs[0] passes 2.5
+    rollouts.threshold = 100.0
+    starts = torch.zeros(3, 3)
+    starts[0, 0] = 0.0  # terminal at step 2 (obs[0] = 3): 3 rows, dropped
+    starts[1:, 0] = -10.0  # never terminal within 6 steps
+    batch, stats = rollouts.rollout(FunctionPolicy(lambda o: torch.zeros(len(o), 1)), starts)
+    assert stats["halted_fraction"] == 0.0 and (batch["rewards"] == 0).all()
+    assert len(batch["rewards"]) == 2 * 4 * 6 and not batch["terminals"].any()
+    assert stats["dropped_fraction"] == pytest.approx(1 / 3)
+
+
+def test_episode_starts_follow_terminals_and_timeouts():
+    terminals = torch.tensor([0, 0, 1, 0, 0, 0, 0], dtype=torch.bool)
+    timeouts = torch.tensor([0, 0, 0, 0, 1, 0, 0], dtype=torch.bool)
+    assert episode_starts(terminals, timeouts).tolist() == [0, 3, 5]
+
+
+@pytest.mark.parametrize("settings, model", [(dict(true_dynamics=True), "the simulator"),
+                                             (dict(dynamics=DynamicsConfig(ensemble_size=1, num_elites=1)),
+                                              "a model of one member")])
+def test_usad_on_a_model_without_an_ensemble_is_refused_in_one_line(settings, model):
+    with pytest.raises(ConfigError) as error:
+        RolloutGeneratorConfig(rollout=RolloutConfig(halt="usad"), **settings)
+    message = str(error.value)
+    assert "\n" not in message and "halt=usad" in message and model in message and "halt=none" in message
+
+
+def test_the_latest_rule_gives_every_row_of_the_newest_generation_and_no_real_row():
+    from mbrl_offline.buffer import Mixing, MixingConfig, TransitionBuffer
+
+    def rows(n, reward):
+        return dict(observations=torch.zeros(n, 3), actions=torch.zeros(n, 1), rewards=torch.full((n,), reward),
+                    next_observations=torch.zeros(n, 3), terminals=torch.zeros(n, dtype=torch.bool),
+                    timeouts=torch.zeros(n, dtype=torch.bool))
+
+    real, synthetic = TransitionBuffer(10, 3, 1), TransitionBuffer(8, 3, 1)
+    real.add(**rows(10, -1.0))
+    mixing = Mixing(MixingConfig(rule="latest"))
+    with pytest.raises(ConfigError, match="latest"):
+        mixing.sample(real, synthetic, 256)
+    synthetic.add(**rows(5, 1.0))
+    synthetic.add(**{**rows(6, 2.0), "rewards": torch.arange(6.0)})  # wraps around the ring of 8
+    batch = mixing.sample(real, synthetic, 256)
+    assert batch["rewards"].tolist() == [0.0, 1.0, 2.0, 3.0, 4.0, 5.0] and batch["synthetic"].all()
+    restored = TransitionBuffer(8, 3, 1)
+    restored.load_state_dict(synthetic.state_dict())
+    assert restored.latest()["rewards"].tolist() == batch["rewards"].tolist()
+
+
+# ------------------------------------------------------------------------------------------ the NPG planner
+from mbrl_offline.algorithms.morel import (MOReL, MOReLConfig, conjugate_gradient, discounted_sum,  # noqa: E402
+                                           gae_advantages, gaussian_kl, npg_step_size, path_grid)
+
+
+def tiny_agent(**settings):
+    torch.manual_seed(0)
+    config = MOReLConfig(hidden_size=4, hidden_layers=1, **settings)
+    agent = MOReL(3, 2, -np.ones(2), np.ones(2), config)
+    agent.pi.double()
+    with torch.no_grad():  # a policy away from its small init, so that the Fisher matrix is well spread
+        for p in agent.pi.layers.parameters():
+            p.normal_(0, 0.7)
+        agent.pi.log_std.copy_(torch.tensor([-0.3, 0.2]))
+    return agent
+
+
+def fisher_matrix(agent, obs):
+    """The Hessian of the mean KL(old || new) at new = old, built column by column from its definition."""
+    pi = agent.pi
+    theta = pi.flat()
+    old_mean, old_log_std = pi(obs).detach(), pi.log_std.detach().clone()
+
+    def kl_of(flat):
+        sizes = [p.numel() for p in pi.parameters()]
+        parts = torch.split(flat, sizes)
+        log_std = parts[0]
+        x = obs
+        for i, layer in enumerate(pi.layers):
+            w, b = parts[1 + 2 * i].view_as(layer.weight), parts[2 + 2 * i]
+            x = x @ w.T + b
+            if i < len(pi.layers) - 1:
+                x = torch.tanh(x)
+        return gaussian_kl(old_mean, old_log_std, x, log_std)
+
+    return torch.autograd.functional.hessian(kl_of, theta)
+
+
+def test_npg_direction_is_the_direct_solution_of_the_damped_fisher_system_and_the_step_is_normalised():
+    agent = tiny_agent(cg_iters=200, cg_damping=1e-3, step_size=0.02, cg_residual_tol=0.0)
+    obs = torch.randn(64, 3, dtype=torch.float64)
+    actions = torch.randn(64, 2, dtype=torch.float64)
+    advantages = torch.randn(64, dtype=torch.float64)
+    theta = agent.pi.flat()
+    fisher = fisher_matrix(agent, obs)
+    adv = (advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-6)
+    surrogate = (agent.pi.log_likelihood(obs, actions) * adv).mean()
+    g = torch.cat([d.reshape(-1) for d in torch.autograd.grad(surrogate, list(agent.pi.parameters()))])
+    direct = torch.linalg.solve(fisher + 1e-3 * torch.eye(len(theta), dtype=torch.float64), g)
+    alpha = math.sqrt(0.02 / g.dot(direct).item())
+    metrics = agent.npg_step(obs, actions, advantages)
+    step = agent.pi.flat() - theta
+    torch.testing.assert_close(step, alpha * direct, rtol=1e-6, atol=1e-9)
+    assert metrics["alpha"].item() == pytest.approx(alpha, rel=1e-6)
+    # the normalised step: the quadratic KL model of the (undamped) step is delta / 2 up to the damping
+    assert 0.5 * step @ (fisher + 1e-3 * torch.eye(len(theta), dtype=torch.float64)) @ step == pytest.approx(0.01, rel=1e-6)
+
+
+def test_conjugate_gradient_starts_from_x0_and_stops_after_its_iterations():
+    a = torch.tensor([[4.0, 1.0], [1.0, 3.0]], dtype=torch.float64)
+    b = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    exact = torch.linalg.solve(a, b)
+    torch.testing.assert_close(conjugate_gradient(lambda v: a @ v, b, b, 2), exact)  # 2 steps solve a 2x2 system
+    one = conjugate_gradient(lambda v: a @ v, b, b, 1)
+    r = b - a @ b  # one steepest-descent step from x0 = b
+    torch.testing.assert_close(one, b + r.dot(r) / r.dot(a @ r) * r)
+    assert npg_step_size(0.02, b, exact).item() == pytest.approx(math.sqrt(0.02 / b.dot(exact).item()))
+
+
+def brute_force_gae(rewards, values, terminated, gamma, lam):
+    """mjrl's process_samples.compute_advantages for one path, literally."""
+    b1 = np.append(values, 0.0 if terminated else values[-1])
+    deltas = rewards + gamma * b1[1:] - b1[:-1]
+    out, run = [], 0.0
+    for t in range(len(deltas) - 1, -1, -1):
+        run = deltas[t] + gamma * lam * run
+        out.append(run)
+    return np.array(out[::-1])
+
+
+def test_gae_and_returns_match_a_loop_over_each_path():
+    rng = np.random.default_rng(0)
+    lengths, terminated = [7, 3, 12, 1], [True, False, False, True]
+    rows = {"path": [], "step": [], "rewards": [], "terminals": []}
+    for p, (n, done) in enumerate(zip(lengths, terminated)):
+        rows["path"] += [p] * n
+        rows["step"] += list(range(n))
+        rows["rewards"] += list(rng.normal(size=n))
+        rows["terminals"] += [False] * (n - 1) + [done]
+    batch = {"path": torch.tensor(rows["path"]), "step": torch.tensor(rows["step"]),
+             "rewards": torch.tensor(rows["rewards"], dtype=torch.float64),
+             "terminals": torch.tensor(rows["terminals"]), "observations": torch.zeros(sum(lengths), 2),
+             "actions": torch.zeros(sum(lengths), 1)}
+    shuffle = torch.randperm(sum(lengths))  # the grid does not depend on the rows' order
+    paths = path_grid({k: v[shuffle] for k, v in batch.items()})
+    assert paths["lengths"].tolist() == lengths and paths["terminated"].tolist() == terminated
+    values = torch.tensor(rng.normal(size=paths["mask"].shape)) * paths["mask"]
+    gamma, lam = 0.99, 0.9
+    advantages = gae_advantages(paths["rewards"], values, paths["mask"], paths["terminated"], gamma, lam)
+    returns = discounted_sum(paths["rewards"], gamma)
+    for p, n in enumerate(lengths):
+        r, v = paths["rewards"][p, :n].numpy(), values[p, :n].numpy()
+        np.testing.assert_allclose(advantages[p, :n].numpy(), brute_force_gae(r, v, terminated[p], gamma, lam),
+                                   rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(returns[p, :n].numpy(), brute_force_gae(r, np.zeros(n), True, gamma, 1.0),
+                                   rtol=1e-10, atol=1e-12)
+    assert (advantages[~paths["mask"]] == 0).all()
+
+
+def test_morel_refuses_a_generator_that_is_not_on_policy_in_one_line():
+    from mbrl_offline.pairing import check_pair
+    from mbrl_offline.algorithms.morel import morel_generator
+
+    check_pair(MOReL, morel_generator())
+    stale = morel_generator()
+    stale.every = 1000
+    for config, word in ((stale, "every=1"), (RolloutGeneratorConfig(), "every=1")):
+        with pytest.raises(ConfigError) as error:
+            check_pair(MOReL, config)
+        assert "\n" not in str(error.value) and word in str(error.value)
+    unlabelled = morel_generator()
+    unlabelled.rollout.label_paths = False
+    with pytest.raises(ConfigError, match="label_paths=true"):
+        check_pair(MOReL, unlabelled)
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),
+                    reason="set MBRL_OFFLINE_MJRL to a checkout of aravindr93/mjrl, branch v2")
+def test_npg_update_gae_and_baseline_match_the_official_mjrl_code():
+    """benchmarks/vs_mjrl.py: the same paths and weights through mjrl's NPG and ours (docs/parity.md)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from vs_mjrl import compare
+
+    for result in compare(Path(os.environ["MBRL_OFFLINE_MJRL"]), iterations=2):
+        assert result["returns"][1] < 1e-7 and result["advantages"][1] < 1e-6
+        assert result["alpha"][1] < 1e-4 and result["baseline parameters"][1] < 1e-5
+        assert result["policy step"][1] < 5e-3  # float32 CG: a few times the float32-vs-float64 gap
