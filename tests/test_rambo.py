@@ -151,6 +151,36 @@ def test_one_step_has_the_written_out_gradient_and_touches_only_the_model():
         assert p.grad is None and torch.equal(p, old)  # the agent runs under no_grad: untouched
 
 
+def test_per_member_mle_batches_of_the_same_rows_are_the_shared_batch():
+    """``mle_batch="per_member"`` gives member i its own rows ``(N, B, ...)``; with every member given the
+    shared rows, the step (and its gradients) are the shared batch's, and with other rows they differ."""
+    agent, real, obs = small_sac(), real_rows(32), torch.randn(32, OBS, generator=torch.Generator().manual_seed(2))
+    actions = agent.sample(obs)[0]
+    from mbrl_offline.policies import FunctionPolicy
+
+    def step(rows):
+        model = small_model()
+        grads = {}
+
+        class Capture(torch.optim.SGD):
+            def step(self, closure=None):
+                grads.update({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+
+        _, metrics = adversarial_step(model, Capture(model.parameters(), lr=0.1), obs, FunctionPolicy(lambda o: actions),
+                                      agent, rows, never_terminal, AdversarialConfig(every=1, coef=0.5),
+                                      generator=torch.Generator().manual_seed(5))
+        return metrics["mle_loss"], grads
+
+    shared = step(real)
+    same = step({k: v.expand(4, *v.shape) for k, v in real.items()})
+    others = [real_rows(32, seed=10 + i) for i in range(4)]  # (a permutation of the rows would not do: a mean)
+    other = step({k: torch.stack([rows[k] for rows in others]) for k in real})
+    torch.testing.assert_close(same[0], shared[0])
+    for name, grad in shared[1].items():
+        torch.testing.assert_close(same[1][name], grad)
+    assert not torch.allclose(other[0], shared[0])
+
+
 def test_with_lambda_zero_the_model_is_unchanged_when_skipped_and_fine_tuned_otherwise():
     for when_zero, changed in (("skip", False), ("mle_finetune", True)):
         model = small_model()
