@@ -242,16 +242,25 @@ def test_a_bad_coefficient_on_the_command_line_is_refused_before_any_work():
 
 
 def test_an_agent_without_a_value_role_is_refused_for_adversarial_training():
-    class NoValue:
+    """`check_pair` (which build_run and the command line call before any data is loaded or model fitted)
+    refuses, in one line, adversarial training for an agent class that declares no value role."""
+    from mbrl_offline.algorithms import TD3BC
+
+    class NoValue(TD3BC):
         name, provides_value = "novalue", False
 
     generator = RAMBO.published_generator()
-    with pytest.raises(ConfigError, match="novalue provides none"):
-        generator.check_agent(NoValue, None)
+    with pytest.raises(ConfigError) as error:
+        check_pair(NoValue, generator)
+    assert str(error.value) == ("generator.adversarial trains the model against the agent's value estimates, and "
+                                "novalue provides none (its class declares provides_value False); set "
+                                "generator.adversarial.every=0, or use an agent with critics (e.g. sac, iql, td3bc).")
+    check_pair(NoValue, dataclasses.replace(generator, adversarial=AdversarialConfig()))  # off: no value needed
+    check_pair(NoValue, dataclasses.replace(generator, adversarial=AdversarialConfig(every=1000, coef=0.0,
+                                                                                     when_zero="skip")))
     assert not getattr(NEUBAY, "provides_value", False)
     with pytest.raises(ConfigError):  # NEUBAY: recurrent and of sequences, refused before that
         check_pair(NEUBAY, generator)
-    RolloutGeneratorConfig().check_agent(NoValue, None)  # plain rollouts need no value
 
 
 def test_every_transition_agent_is_its_own_value_function():
