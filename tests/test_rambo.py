@@ -400,3 +400,14 @@ def test_a_resumed_run_continues_the_adversarial_training_exactly(tmp_path):
     for a, b in zip(whole.agent.critic.parameters(), resumed.agent.critic.parameters()):
         assert torch.equal(a, b)
     assert not torch.equal(whole.generator.dynamics.inner.head.weight, model.head.weight)
+
+
+def test_the_side_by_side_script_refuses_a_folder_that_is_not_offlinerlkits_checkout():
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "vs_offlinerlkit.py"), "--rambo-update",
+                           "--offlinerlkit", "/nonexistent"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
+    assert done.returncode == 2 and done.stderr.startswith("error: --offlinerlkit must name a checkout of"), done.stderr
+    assert done.stderr.count("\n") == 1
