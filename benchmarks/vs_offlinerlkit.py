@@ -26,14 +26,15 @@ batches of dataset rows with the same torch seed before each update (both draw t
 the same order): it prints, per update, the largest difference of each parameter group and of the
 losses and alpha, beside the largest change that update made (`edac_update_differences`).
 
-    python benchmarks/vs_offlinerlkit.py --rambo-update --offlinerlkit /path/to/OfflineRL-Kit [--coef 3e-4 1.0]
+    python benchmarks/vs_offlinerlkit.py --rambo-update --offlinerlkit /path/to/OfflineRL-Kit [--coef 3e-4 1.0] [--steps 5]
 
 ``--rambo-update`` (`rambo_side_by_side`) builds Kit's ``RAMBOPolicy`` as ``run_rambo.py`` does, with our
-RAMBO agent's weights and a fresh ensemble of its recipe copied in, and runs one adversarial step of
-Kit's ``dynamics_step_and_forward`` and of ours from the same standardised hopper-medium states,
-actions, real batch and draws (Kit's ``np.random.choice`` of elites replaced by our draw): it prints per
-side the adversarial and MLE losses, log p, the advantage's statistics, and the largest differences of
-the next states and of the model's parameters after the step.
+RAMBO agent's weights and a fresh ensemble of its recipe copied in, and runs ``--steps`` chained
+adversarial steps (one rollout) of Kit's ``dynamics_step_and_forward`` and of ours from the same
+standardised hopper-medium states, actions, real batches and draws (Kit's ``np.random.choice`` of elites
+replaced by our draw): it prints per step and side the adversarial and MLE losses, log p, the
+advantage's statistics, and the largest differences of the next states, of the gradients and of the
+model's parameters after the step.
 
 `parity.py` (beside this file) holds what the harnesses share: the common data split, the
 measurements, our side, the processes and the report; its docstring says what is measured.
@@ -648,25 +649,28 @@ def our_model_parameters(model, grad: bool = False) -> torch.Tensor:
     return torch.cat([(t.grad if grad else t).detach().flatten() for t in tensors])
 
 
-def rambo_side_by_side(checkout, coef: float = 3e-4, seed: int = 0, rows: int = 256) -> dict:
-    """One adversarial step of OfflineRL-Kit's ``RAMBOPolicy.dynamics_step_and_forward`` and of ours
-    (`mbrl_offline.generators.rollouts.adversarial_step`) on hopper-medium, from the same weights (our
-    RAMBO agent's 2x256 actor and critics, a freshly initialised 7-member 4x200 ensemble of
-    OfflineRL-Kit's recipe with 5 elites, copied into Kit's modules), the same standardised start states
-    and actions (one sample of the actor, handed to both), the same real batch for the MLE term and the
-    same draws: both sides sample every member's noise from a torch seed set just before (Kit's
-    ``Normal.sample``, our ``torch.randn``), and Kit's elite choice (``np.random.choice``) is replaced by
-    the rows our ``torch.randint`` draws after that noise. Kit reports mean(A_hat), not A's statistics:
-    A is recomputed on Kit's side from Kit's own critics and actor at Kit's sample (labelled ``kit_``).
-    Returns both sides' losses, log p, the advantage statistics, the largest differences of the next
-    states, of the model's gradients (beside the largest gradient: Adam's first step is about lr x sign,
-    so the gradients are the finer check) and of its parameters after the step, and the largest change
-    the step made."""
+def rambo_side_by_side(checkout, coef: float = 3e-4, seed: int = 0, rows: int = 256, steps: int = 1) -> list[dict]:
+    """``steps`` adversarial steps of OfflineRL-Kit's ``RAMBOPolicy.dynamics_step_and_forward`` and of ours
+    (`mbrl_offline.generators.rollouts.adversarial_step`) on hopper-medium, one rollout as Kit's
+    ``update_dynamics`` chains them (each side's next states are its next step's states), from the same
+    weights (our RAMBO agent's 2x256 actor and critics, a freshly initialised 7-member 4x200 ensemble of
+    OfflineRL-Kit's recipe with 5 elites, copied into Kit's modules; each side keeps its own Adam), the
+    same standardised start states, the same actions at each step (one sample of the actor at our
+    states, handed to both), the same real batch per step for the MLE term and the same draws: both
+    sides sample every member's noise from a torch seed set just before (Kit's ``Normal.sample``, our
+    ``torch.randn``), and Kit's elite choice (``np.random.choice``) is replaced by the rows our
+    ``torch.randint`` draws after that noise. Kit reports mean(A_hat), not A's statistics: A is
+    recomputed on Kit's side, before its step, from Kit's own model, critics and actor at Kit's own
+    draw (labelled ``kit_``). Per step: both sides' losses, log p, the advantage statistics, the
+    largest differences of the next states, of the model's gradients (beside the largest gradient:
+    Adam's first step is about lr x sign, so the gradients are the finer check) and of its parameters
+    after the step, and the largest change the step made."""
     from mbrl_offline import load_dataset
     from mbrl_offline.algorithms.rambo import RAMBO, RAMBOConfig
     from mbrl_offline.data.envs import get_env_info
+    import mbrl_offline.generators.rollouts as rollouts
     from mbrl_offline.generators.rollouts import AdversarialConfig, StandardisedDynamics, adversarial_step
-    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics, dynamics_recipe
+    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
     from mbrl_offline.policies import FunctionPolicy
 
     torch.manual_seed(seed)
@@ -676,8 +680,7 @@ def rambo_side_by_side(checkout, coef: float = 3e-4, seed: int = 0, rows: int = 
     agent = RAMBO(data.obs_dim, data.act_dim, low, high, RAMBOConfig(bc_epochs=0))
     agent.normalise.fit(data.observations, agent.config.state_std_eps)
     obs_mean, obs_std = agent.normalise.mean.numpy(), agent.normalise.std.numpy()
-    recipe = RAMBO.published_generator().dynamics
-    model = GaussianEnsembleDynamics(data.obs_dim, data.act_dim, recipe)
+    model = GaussianEnsembleDynamics(data.obs_dim, data.act_dim, RAMBO.published_generator().dynamics)
     standard_obs = (data.observations - obs_mean) / obs_std
     inputs = np.concatenate([standard_obs, data.actions], axis=1)
     with torch.no_grad():
@@ -688,79 +691,90 @@ def rambo_side_by_side(checkout, coef: float = 3e-4, seed: int = 0, rows: int = 
     wrapped = StandardisedDynamics(model, torch.as_tensor(obs_mean), torch.as_tensor(obs_std))
     policy = kit_rambo_policy(checkout, agent, model, obs_mean, obs_std, coef)
     kit_model = policy.dynamics.model
-
-    rng = np.random.default_rng(seed)
-    start, real = rng.integers(0, len(data), rows), rng.integers(0, len(data), rows)
-    obs = torch.as_tensor(standard_obs[start])
-    actions = agent.sample(wrapped.unstandardise(obs))[0]
-    raw = {k: torch.as_tensor(getattr(data, k)[real]) for k in ("observations", "actions", "next_observations", "rewards")}
-    sl = [wrapped.standardise(raw["observations"]), raw["actions"], wrapped.standardise(raw["next_observations"]),
-          raw["rewards"][:, None]]
-    # the draws: noise for every member, then each row's elite, from one seed
-    draws = torch.Generator().manual_seed(seed + 1)
-    torch.randn((model.config.ensemble_size, rows, data.obs_dim + 1), generator=draws)
-    choice = torch.randint(0, len(model.elites), (rows,), generator=draws)
-    kit_model.random_elite_idxs = lambda batch_size: model.elites[choice].numpy()
-    before = our_model_parameters(model)
-
-    with torch.no_grad():  # A on Kit's side, before its step: Kit's model, critics and actor at Kit's own draw
-        mean, logvar = kit_model(policy.dynamics.scaler.transform(np.concatenate([obs.numpy(), actions.numpy()], -1)))
-        mean = torch.cat([mean[..., :-1] + obs, mean[..., -1:]], dim=-1)
-        torch.manual_seed(seed + 1)
-        sample = torch.distributions.Normal(mean, torch.sqrt(torch.exp(logvar))).sample()[model.elites[choice],
-                                                                                         torch.arange(rows)]
-        next_kit, reward_kit = sample[:, :-1], sample[:, -1:]
-        done = torch.as_tensor(policy.dynamics.terminal_fn(obs.numpy(), actions.numpy(), next_kit.numpy())).float()
-        next_q = torch.minimum(*(c(next_kit, policy.actforward(next_kit, deterministic=True)[0])
-                                 for c in (policy.critic1, policy.critic2)))
-        kit_advantage = (reward_kit + (1 - done) * policy._gamma * next_q
-                         - torch.minimum(policy.critic1(obs, actions), policy.critic2(obs, actions))).flatten()
-    torch.manual_seed(seed + 1)
-    kit_next, kit_terminals, info = policy.dynamics_step_and_forward(obs.numpy(), actions.numpy(), *sl)
-
-    import mbrl_offline.generators.rollouts as rollouts
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
     original, captured = rollouts.normalised_advantage, {}
 
     def capture(advantage, eps):  # our A, as adversarial_step normalises it
         captured["advantage"] = advantage.clone()
         return original(advantage, eps)
 
-    rollouts.normalised_advantage = capture
-    try:
-        next_obs, metrics = adversarial_step(model, torch.optim.Adam(model.parameters(), lr=3e-4), obs,
-                                             FunctionPolicy(lambda o: actions), agent, raw, env.termination_fn,
-                                             AdversarialConfig(every=1, coef=coef), wrapped.unstandardise,
-                                             wrapped.standardise, torch.Generator().manual_seed(seed + 1))
-    finally:
-        rollouts.normalised_advantage = original
-    ours_terminals = env.termination_fn(wrapped.unstandardise(next_obs)).numpy()
-    after_ours, after_kit = our_model_parameters(model), kit_model_parameters(kit_model)
-    a = captured["advantage"]
-    return {
-        "ours_adversarial_loss": metrics["adversarial_loss"].item(), "kit_adversarial_loss": info["adv_dynamics_update/adv_loss"],
-        "ours_mle_loss": metrics["mle_loss"].item(), "kit_mle_loss": info["adv_dynamics_update/sl_loss"],
-        "ours_log_prob": metrics["log_prob"].item(), "kit_log_prob": info["adv_dynamics_update/adv_log_prob"],
-        "ours_advantage_hat_mean": original(a, 1e-6).mean().item(),
-        "kit_advantage_hat_mean": info["adv_dynamics_update/adv_advantage"],
-        "ours_advantage_mean": a.mean().item(), "kit_advantage_mean": kit_advantage.mean().item(),
-        "ours_advantage_std": a.std().item(), "kit_advantage_std": kit_advantage.std().item(),
-        "kit_terminals": int(kit_terminals.sum()),
-        "terminal_mismatches": int((ours_terminals != kit_terminals.flatten()).sum()),
-        "next_obs_max_diff": (next_obs - torch.as_tensor(kit_next)).abs().max().item(),
-        "grad_max_diff": (our_model_parameters(model, True) - kit_model_parameters(kit_model, True)).abs().max().item(),
-        "grad_max": kit_model_parameters(kit_model, True).abs().max().item(),
-        "param_max_diff": (after_ours - after_kit).abs().max().item(),
-        "param_max_step": (after_kit - before).abs().max().item(),
-    }
+    rng = np.random.default_rng(seed)
+    ours = torch.as_tensor(standard_obs[rng.integers(0, len(data), rows)])
+    kit_obs = ours.clone()
+    results = []
+    for step in range(steps):
+        torch.manual_seed(seed + 100 + step)
+        actions = agent.sample(wrapped.unstandardise(ours))[0]
+        real = rng.integers(0, len(data), rows)
+        raw = {k: torch.as_tensor(getattr(data, k)[real]) for k in ("observations", "actions", "next_observations",
+                                                                      "rewards")}
+        sl = [wrapped.standardise(raw["observations"]), raw["actions"], wrapped.standardise(raw["next_observations"]),
+              raw["rewards"][:, None]]
+        # the draws: noise for every member, then each row's elite, from one seed
+        draws = torch.Generator().manual_seed(seed + 1 + step)
+        torch.randn((model.config.ensemble_size, rows, data.obs_dim + 1), generator=draws)
+        choice = torch.randint(0, len(model.elites), (rows,), generator=draws)
+        kit_model.random_elite_idxs = lambda batch_size, choice=choice: model.elites[choice].numpy()
+        before = kit_model_parameters(kit_model)
+
+        with torch.no_grad():  # A on Kit's side, before its step: Kit's model, critics and actor at Kit's own draw
+            mean, logvar = kit_model(policy.dynamics.scaler.transform(
+                np.concatenate([kit_obs.numpy(), actions.numpy()], -1)))
+            mean = torch.cat([mean[..., :-1] + kit_obs, mean[..., -1:]], dim=-1)
+            torch.manual_seed(seed + 1 + step)
+            sample = torch.distributions.Normal(mean, torch.sqrt(torch.exp(logvar))).sample()[
+                model.elites[choice], torch.arange(rows)]
+            next_kit, reward_kit = sample[:, :-1], sample[:, -1:]
+            done = torch.as_tensor(policy.dynamics.terminal_fn(kit_obs.numpy(), actions.numpy(),
+                                                               next_kit.numpy())).float()
+            next_q = torch.minimum(*(c(next_kit, policy.actforward(next_kit, deterministic=True)[0])
+                                     for c in (policy.critic1, policy.critic2)))
+            kit_advantage = (reward_kit + (1 - done) * policy._gamma * next_q
+                             - torch.minimum(policy.critic1(kit_obs, actions), policy.critic2(kit_obs, actions))).flatten()
+        torch.manual_seed(seed + 1 + step)
+        kit_next, kit_terminals, info = policy.dynamics_step_and_forward(kit_obs.numpy(), actions.numpy(), *sl)
+
+        rollouts.normalised_advantage = capture
+        try:
+            next_obs, metrics = adversarial_step(model, optimizer, ours, FunctionPolicy(lambda o: actions), agent, raw,
+                                                 env.termination_fn, AdversarialConfig(every=1, coef=coef),
+                                                 wrapped.unstandardise, wrapped.standardise,
+                                                 torch.Generator().manual_seed(seed + 1 + step))
+        finally:
+            rollouts.normalised_advantage = original
+        ours_terminals = env.termination_fn(wrapped.unstandardise(next_obs)).numpy()
+        after_ours, after_kit = our_model_parameters(model), kit_model_parameters(kit_model)
+        a = captured["advantage"]
+        results.append({
+            "step": step,
+            "ours_adversarial_loss": metrics["adversarial_loss"].item(),
+            "kit_adversarial_loss": info["adv_dynamics_update/adv_loss"],
+            "ours_mle_loss": metrics["mle_loss"].item(), "kit_mle_loss": info["adv_dynamics_update/sl_loss"],
+            "ours_log_prob": metrics["log_prob"].item(), "kit_log_prob": info["adv_dynamics_update/adv_log_prob"],
+            "ours_advantage_mean": a.mean().item(), "kit_advantage_mean": kit_advantage.mean().item(),
+            "ours_advantage_std": a.std().item(), "kit_advantage_std": kit_advantage.std().item(),
+            "ours_advantage_hat_mean": original(a, 1e-6).mean().item(),
+            "kit_advantage_hat_mean": info["adv_dynamics_update/adv_advantage"],
+            "kit_terminals": int(kit_terminals.sum()),
+            "terminal_mismatches": int((ours_terminals != kit_terminals.flatten()).sum()),
+            "next_obs_max_diff": (next_obs - torch.as_tensor(kit_next)).abs().max().item(),
+            "grad_max_diff": (our_model_parameters(model, True) - kit_model_parameters(kit_model, True)).abs().max().item(),
+            "grad_max": kit_model_parameters(kit_model, True).abs().max().item(),
+            "param_max_diff": (after_ours - after_kit).abs().max().item(),
+            "param_max_step": (after_kit - before).abs().max().item(),
+        })
+        ours, kit_obs = next_obs, torch.as_tensor(kit_next)
+    return results
 
 
 def rambo_update_main(argv) -> None:
     import argparse
-    parser = argparse.ArgumentParser(description="one adversarial model step of ours against OfflineRL-Kit's "
+    parser = argparse.ArgumentParser(description="adversarial model steps of ours against OfflineRL-Kit's "
                                                  "RAMBOPolicy.dynamics_step_and_forward")
     parser.add_argument("--rambo-update", action="store_true")
     parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
     parser.add_argument("--coef", type=float, nargs="+", default=[3e-4, 1.0], help="lambda (adv_weight)")
+    parser.add_argument("--steps", type=int, default=5, help="chained steps (one rollout of h = 5: run_rambo.py's)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if not (Path(args.offlinerlkit) / "offlinerlkit" / "policy" / "model_based" / "rambo.py").is_file():
@@ -768,14 +782,14 @@ def rambo_update_main(argv) -> None:
                        "clone it and pass its path.\n")
     torch.set_num_threads(1)
     for coef in args.coef:
-        row = rambo_side_by_side(args.offlinerlkit, coef, args.seed)
-        print(f"lambda={coef:g} seed={args.seed}")
-        for key in ("adversarial_loss", "mle_loss", "log_prob", "advantage_mean", "advantage_std", "advantage_hat_mean"):
-            print(f"  {key:<20} ours {row['ours_' + key]:>14.7g}  kit {row['kit_' + key]:>14.7g}")
-        for key in ("kit_terminals", "terminal_mismatches", "next_obs_max_diff", "grad_max_diff", "grad_max",
-                    "param_max_diff", "param_max_step"):
-            print(f"  {key:<20} {row[key]:.4g}")
-
+        for row in rambo_side_by_side(args.offlinerlkit, coef, args.seed, steps=args.steps):
+            print(f"lambda={coef:g} seed={args.seed} step={row['step']}")
+            for key in ("adversarial_loss", "mle_loss", "log_prob", "advantage_mean", "advantage_std",
+                        "advantage_hat_mean"):
+                print(f"  {key:<20} ours {row['ours_' + key]:>14.7g}  kit {row['kit_' + key]:>14.7g}")
+            for key in ("kit_terminals", "terminal_mismatches", "next_obs_max_diff", "grad_max_diff", "grad_max",
+                        "param_max_diff", "param_max_step"):
+                print(f"  {key:<20} {row[key]:.4g}")
 
 PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
                    algos=("mopo", "mobile"), is_checkout=is_checkout, run=run_offlinerlkit, script=__file__)

@@ -62,9 +62,9 @@ Differences from OfflineRL-Kit (``rambo.py``, ``sac.py``, ``mb_policy_trainer.py
 * OfflineRL-Kit's model input scaler takes the population std, ours the unbiased one, and it trains on
   an epoch's last partial batch (`mbrl_offline.models.dynamics`).
 
-``benchmarks/vs_offlinerlkit.py --rambo-update`` runs one adversarial step of OfflineRL-Kit's
+``benchmarks/vs_offlinerlkit.py --rambo-update`` runs five chained adversarial steps of OfflineRL-Kit's
 ``RAMBOPolicy.dynamics_step_and_forward`` beside `mbrl_offline.generators.rollouts.adversarial_step` from
-the same weights and inputs (docs/parity.md).
+the same weights, inputs and draws (docs/parity.md).
 """
 from __future__ import annotations
 
