@@ -16,8 +16,7 @@ Optionally the agent has ``on_epoch_end(epoch, total_epochs)`` for per-epoch sch
 ``set_total_updates(total)``, called once here with the run's number of updates. A generator with
 ``adapt_every`` > 0 (RAMBO's adversarial model training) has ``adapt`` called after every
 ``adapt_every``-th update, with the agent's policy and value role (`mbrl_offline.roles.ValueFunction`).
-Batches carry
-a bool ``synthetic`` field marking generated rows.
+Batches carry a bool ``synthetic`` field marking generated rows.
 
 Agents of sequences (``agent.consumes == "sequences"``, NEUBAY) learn from tapes of whole episodes:
 the dataset is also kept as a `SequenceBuffer` of its episodes, a generator of sequences
