@@ -28,6 +28,16 @@ batches of dataset rows with the same torch seed before each update (both draw t
 the same order): it prints, per update, the largest difference of each parameter group and of the
 losses and alpha, beside the largest change that update made (`edac_update_differences`).
 
+    python benchmarks/vs_offlinerlkit.py --rambo-update --offlinerlkit /path/to/OfflineRL-Kit [--coef 3e-4 1.0] [--steps 5]
+
+``--rambo-update`` (`rambo_side_by_side`) builds Kit's ``RAMBOPolicy`` as ``run_rambo.py`` does, with our
+RAMBO agent's weights and a fresh ensemble of its recipe copied in, and runs ``--steps`` chained
+adversarial steps (one rollout) of Kit's ``dynamics_step_and_forward`` and of ours from the same
+standardised hopper-medium states, actions, real batches and draws (Kit's ``np.random.choice`` of elites
+replaced by our draw): it prints per step and side the adversarial and MLE losses, log p, the
+advantage's statistics, and the largest differences of the next states, of the gradients and of the
+model's parameters after the step.
+
 `parity.py` (beside this file) holds what the harnesses share: the common data split, the
 measurements, our side, the processes and the report; its docstring says what is measured.
 
@@ -649,6 +659,222 @@ def cql_update_main(argv) -> None:
                 print("  " + "  ".join(f"{k} {v:.6g}" if isinstance(v, float) else f"{k} {v}" for k, v in row.items()))
 
 
+# ---------------------------------------------------------------------------------- RAMBO, one adversarial step
+def kit_rambo_policy(checkout, agent, model, obs_mean: np.ndarray, obs_std: np.ndarray, coef: float):
+    """OfflineRL-Kit's ``RAMBOPolicy`` built as ``run_rambo.py`` builds it (``ActorProb``/``Critic`` of
+    ``agent``'s sizes, ``EnsembleDynamicsModel`` of ``model``'s, its scaler, the termination function
+    wrapped by ``obs_unnormalization``, Adam at 3e-4 for the adversarial steps), holding ``agent``'s and
+    ``model``'s weights and ``model``'s input statistics and elites."""
+    import_offlinerlkit(Path(checkout))
+    from offlinerlkit.dynamics import EnsembleDynamics
+    from offlinerlkit.modules import ActorProb, Critic, EnsembleDynamicsModel, TanhDiagGaussian
+    from offlinerlkit.nets import MLP
+    from offlinerlkit.policy import RAMBOPolicy
+    from offlinerlkit.utils.scaler import StandardScaler
+    from offlinerlkit.utils.termination_fns import get_termination_fn, obs_unnormalization
+
+    cfg, obs_dim, act_dim = agent.config, agent.obs_dim, agent.act_dim
+    hidden = [cfg.hidden_size] * cfg.hidden_layers
+    high = agent.actor.action_scale.numpy() + agent.actor.action_offset.numpy()
+    backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
+    dist = TanhDiagGaussian(latent_dim=backbone.output_dim, output_dim=act_dim, unbounded=True, conditioned_sigma=True,
+                            max_mu=float(high[0]))
+    actor = ActorProb(backbone, dist, "cpu")
+    critics = [Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu") for _ in range(2)]
+    mcfg = model.config
+    kit_model = EnsembleDynamicsModel(obs_dim=obs_dim, action_dim=act_dim, hidden_dims=[mcfg.hidden_size] * mcfg.hidden_layers,
+                                      num_ensemble=mcfg.ensemble_size, num_elites=mcfg.num_elites,
+                                      weight_decays=list(mcfg.weight_decay), device="cpu")
+    with torch.no_grad():
+        *ours, head = agent.actor.linears
+        for kit_layer, layer in zip([m for m in backbone.model if isinstance(m, torch.nn.Linear)], ours):
+            kit_layer.weight.copy_(layer.weight)
+            kit_layer.bias.copy_(layer.bias)
+        dist.mu.weight.copy_(head.weight[:act_dim])
+        dist.mu.bias.copy_(head.bias[:act_dim])
+        dist.sigma.weight.copy_(head.weight[act_dim:])
+        dist.sigma.bias.copy_(head.bias[act_dim:])
+        for i, critic in enumerate(critics):
+            kit_layers = [m for m in critic.backbone.model if isinstance(m, torch.nn.Linear)] + [critic.last]
+            for kit_layer, layer in zip(kit_layers, agent.critic.net.linears):
+                kit_layer.weight.copy_(layer.weight[i].t())
+                kit_layer.bias.copy_(layer.bias[i, 0])
+        for kit_layer, layer in zip([*kit_model.backbones, kit_model.output_layer], [*model.hidden, model.head]):
+            kit_layer.weight.copy_(layer.weight)
+            kit_layer.bias.copy_(layer.bias)
+        kit_model.max_logvar.copy_(model.max_logvar.flatten())
+        kit_model.min_logvar.copy_(model.min_logvar.flatten())
+    kit_model.set_elites(model.elites.tolist())
+    scaler = StandardScaler(mu=model.input_mean[None].numpy().copy(), std=model.input_std[None].numpy().copy())
+    termination = obs_unnormalization(get_termination_fn(task="hopper"), obs_mean, obs_std)
+    dynamics = EnsembleDynamics(kit_model, torch.optim.Adam(kit_model.parameters(), lr=mcfg.learning_rate), scaler,
+                                termination)
+    log_alpha = torch.full((1,), agent.log_alpha.item(), requires_grad=True)
+    alpha = (agent.target_entropy, log_alpha, torch.optim.Adam([log_alpha], lr=cfg.alpha_lr))
+    return RAMBOPolicy(dynamics, actor, critics[0], critics[1], torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr),
+                       torch.optim.Adam(critics[0].parameters(), lr=cfg.critic_lr),
+                       torch.optim.Adam(critics[1].parameters(), lr=cfg.critic_lr),
+                       torch.optim.Adam(kit_model.parameters(), lr=3e-4), tau=cfg.tau, gamma=cfg.gamma, alpha=alpha,
+                       adv_weight=coef, adv_rollout_length=5, adv_rollout_batch_size=256, include_ent_in_adv=False,
+                       scaler=StandardScaler(mu=obs_mean, std=obs_std), device="cpu")
+
+
+def kit_model_parameters(kit_model, grad: bool = False) -> torch.Tensor:
+    """Kit's ensemble's trained parameters (or their gradients) in our layout
+    (`GaussianEnsembleDynamics.parameters` order)."""
+    layers = [*kit_model.backbones, kit_model.output_layer]
+    tensors = [t for layer in layers for t in (layer.weight, layer.bias)] + [kit_model.max_logvar, kit_model.min_logvar]
+    return torch.cat([(t.grad if grad else t).detach().flatten() for t in tensors])
+
+
+def our_model_parameters(model, grad: bool = False) -> torch.Tensor:
+    layers = [*model.hidden, model.head]
+    tensors = [t for layer in layers for t in (layer.weight, layer.bias)] + [model.max_logvar, model.min_logvar]
+    return torch.cat([(t.grad if grad else t).detach().flatten() for t in tensors])
+
+
+def rambo_side_by_side(checkout, coef: float = 3e-4, seed: int = 0, rows: int = 256, steps: int = 1) -> list[dict]:
+    """``steps`` adversarial steps of OfflineRL-Kit's ``RAMBOPolicy.dynamics_step_and_forward`` and of ours
+    (`mbrl_offline.generators.rollouts.adversarial_step`) on hopper-medium, one rollout as Kit's
+    ``update_dynamics`` chains them (each side's next states are its next step's states), from the same
+    weights (our RAMBO agent's 2x256 actor and critics, a freshly initialised 7-member 4x200 ensemble of
+    OfflineRL-Kit's recipe with 5 elites, copied into Kit's modules; each side keeps its own Adam), the
+    same standardised start states, the same actions at each step (one sample of the actor at our
+    states, handed to both), the same real batch per step for the MLE term and the same draws: both
+    sides sample every member's noise from a torch seed set just before (Kit's ``Normal.sample``, our
+    ``torch.randn``), and Kit's elite choice (``np.random.choice``) is replaced by the rows our
+    ``torch.randint`` draws after that noise. Kit reports mean(A_hat), not A's statistics: A is
+    recomputed on Kit's side, before its step, from Kit's own model, critics and actor at Kit's own
+    draw (labelled ``kit_``). Per step: both sides' losses, log p, the advantage statistics, the
+    largest differences of the next states, of the model's gradients (beside the largest gradient:
+    Adam's first step is about lr x sign, so the gradients are the finer check) and of its parameters
+    after the step, and the largest change the step made."""
+    from mbrl_offline import load_dataset
+    from mbrl_offline.algorithms.rambo import RAMBO, RAMBOConfig
+    from mbrl_offline.data.envs import get_env_info
+    import mbrl_offline.generators.rollouts as rollouts
+    from mbrl_offline.generators.rollouts import AdversarialConfig, StandardisedDynamics, adversarial_step
+    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
+    from mbrl_offline.policies import FunctionPolicy
+
+    torch.manual_seed(seed)
+    data = load_dataset("hopper-medium")
+    env = get_env_info("hopper")
+    low, high = env.action_bounds()
+    agent = RAMBO(data.obs_dim, data.act_dim, low, high, RAMBOConfig(bc_epochs=0))
+    agent.normalise.fit(data.observations, agent.config.state_std_eps)
+    obs_mean, obs_std = agent.normalise.mean.numpy(), agent.normalise.std.numpy()
+    model = GaussianEnsembleDynamics(data.obs_dim, data.act_dim, RAMBO.published_generator().dynamics)
+    standard_obs = (data.observations - obs_mean) / obs_std
+    inputs = np.concatenate([standard_obs, data.actions], axis=1)
+    with torch.no_grad():
+        model.input_mean.copy_(torch.as_tensor(inputs.mean(0)))
+        model.input_std.copy_(torch.as_tensor(inputs.std(0)))
+        model.elites.copy_(torch.tensor([5, 2, 0, 6, 3]))
+    model.mark_fitted()
+    wrapped = StandardisedDynamics(model, torch.as_tensor(obs_mean), torch.as_tensor(obs_std))
+    policy = kit_rambo_policy(checkout, agent, model, obs_mean, obs_std, coef)
+    kit_model = policy.dynamics.model
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-4)
+    original, captured = rollouts.normalised_advantage, {}
+
+    def capture(advantage, eps):  # our A, as adversarial_step normalises it
+        captured["advantage"] = advantage.clone()
+        return original(advantage, eps)
+
+    rng = np.random.default_rng(seed)
+    ours = torch.as_tensor(standard_obs[rng.integers(0, len(data), rows)])
+    kit_obs = ours.clone()
+    results = []
+    for step in range(steps):
+        torch.manual_seed(seed + 100 + step)
+        actions = agent.sample(wrapped.unstandardise(ours))[0]
+        real = rng.integers(0, len(data), rows)
+        raw = {k: torch.as_tensor(getattr(data, k)[real]) for k in ("observations", "actions", "next_observations",
+                                                                      "rewards")}
+        sl = [wrapped.standardise(raw["observations"]), raw["actions"], wrapped.standardise(raw["next_observations"]),
+              raw["rewards"][:, None]]
+        # the draws: noise for every member, then each row's elite, from one seed
+        draws = torch.Generator().manual_seed(seed + 1 + step)
+        torch.randn((model.config.ensemble_size, rows, data.obs_dim + 1), generator=draws)
+        choice = torch.randint(0, len(model.elites), (rows,), generator=draws)
+        kit_model.random_elite_idxs = lambda batch_size, choice=choice: model.elites[choice].numpy()
+        before = kit_model_parameters(kit_model)
+
+        with torch.no_grad():  # A on Kit's side, before its step: Kit's model, critics and actor at Kit's own draw
+            mean, logvar = kit_model(policy.dynamics.scaler.transform(
+                np.concatenate([kit_obs.numpy(), actions.numpy()], -1)))
+            mean = torch.cat([mean[..., :-1] + kit_obs, mean[..., -1:]], dim=-1)
+            torch.manual_seed(seed + 1 + step)
+            sample = torch.distributions.Normal(mean, torch.sqrt(torch.exp(logvar))).sample()[
+                model.elites[choice], torch.arange(rows)]
+            next_kit, reward_kit = sample[:, :-1], sample[:, -1:]
+            done = torch.as_tensor(policy.dynamics.terminal_fn(kit_obs.numpy(), actions.numpy(),
+                                                               next_kit.numpy())).float()
+            next_q = torch.minimum(*(c(next_kit, policy.actforward(next_kit, deterministic=True)[0])
+                                     for c in (policy.critic1, policy.critic2)))
+            kit_advantage = (reward_kit + (1 - done) * policy._gamma * next_q
+                             - torch.minimum(policy.critic1(kit_obs, actions), policy.critic2(kit_obs, actions))).flatten()
+        torch.manual_seed(seed + 1 + step)
+        kit_next, kit_terminals, info = policy.dynamics_step_and_forward(kit_obs.numpy(), actions.numpy(), *sl)
+
+        rollouts.normalised_advantage = capture
+        try:
+            next_obs, metrics = adversarial_step(model, optimizer, ours, FunctionPolicy(lambda o: actions), agent, raw,
+                                                 env.termination_fn, AdversarialConfig(every=1, coef=coef),
+                                                 wrapped.unstandardise, wrapped.standardise,
+                                                 torch.Generator().manual_seed(seed + 1 + step))
+        finally:
+            rollouts.normalised_advantage = original
+        ours_terminals = env.termination_fn(wrapped.unstandardise(next_obs)).numpy()
+        after_ours, after_kit = our_model_parameters(model), kit_model_parameters(kit_model)
+        a = captured["advantage"]
+        results.append({
+            "step": step,
+            "ours_adversarial_loss": metrics["adversarial_loss"].item(),
+            "kit_adversarial_loss": info["adv_dynamics_update/adv_loss"],
+            "ours_mle_loss": metrics["mle_loss"].item(), "kit_mle_loss": info["adv_dynamics_update/sl_loss"],
+            "ours_log_prob": metrics["log_prob"].item(), "kit_log_prob": info["adv_dynamics_update/adv_log_prob"],
+            "ours_advantage_mean": a.mean().item(), "kit_advantage_mean": kit_advantage.mean().item(),
+            "ours_advantage_std": a.std().item(), "kit_advantage_std": kit_advantage.std().item(),
+            "ours_advantage_hat_mean": original(a, 1e-6).mean().item(),
+            "kit_advantage_hat_mean": info["adv_dynamics_update/adv_advantage"],
+            "kit_terminals": int(kit_terminals.sum()),
+            "terminal_mismatches": int((ours_terminals != kit_terminals.flatten()).sum()),
+            "next_obs_max_diff": (next_obs - torch.as_tensor(kit_next)).abs().max().item(),
+            "grad_max_diff": (our_model_parameters(model, True) - kit_model_parameters(kit_model, True)).abs().max().item(),
+            "grad_max": kit_model_parameters(kit_model, True).abs().max().item(),
+            "param_max_diff": (after_ours - after_kit).abs().max().item(),
+            "param_max_step": (after_kit - before).abs().max().item(),
+        })
+        ours, kit_obs = next_obs, torch.as_tensor(kit_next)
+    return results
+
+
+def rambo_update_main(argv) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(description="adversarial model steps of ours against OfflineRL-Kit's "
+                                                 "RAMBOPolicy.dynamics_step_and_forward")
+    parser.add_argument("--rambo-update", action="store_true")
+    parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
+    parser.add_argument("--coef", type=float, nargs="+", default=[3e-4, 1.0], help="lambda (adv_weight)")
+    parser.add_argument("--steps", type=int, default=5, help="chained steps (one rollout of h = 5: run_rambo.py's)")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if not (Path(args.offlinerlkit) / "offlinerlkit" / "policy" / "model_based" / "rambo.py").is_file():
+        parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; "
+                       "clone it and pass its path.\n")
+    torch.set_num_threads(1)
+    for coef in args.coef:
+        for row in rambo_side_by_side(args.offlinerlkit, coef, args.seed, steps=args.steps):
+            print(f"lambda={coef:g} seed={args.seed} step={row['step']}")
+            for key in ("adversarial_loss", "mle_loss", "log_prob", "advantage_mean", "advantage_std",
+                        "advantage_hat_mean"):
+                print(f"  {key:<20} ours {row['ours_' + key]:>14.7g}  kit {row['kit_' + key]:>14.7g}")
+            for key in ("kit_terminals", "terminal_mismatches", "next_obs_max_diff", "grad_max_diff", "grad_max",
+                        "param_max_diff", "param_max_step"):
+                print(f"  {key:<20} {row[key]:.4g}")
+
 PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
                    algos=("mopo", "mobile", "cql", "edac"), is_checkout=is_checkout, run=run_offlinerlkit,
                    script=__file__)
@@ -658,5 +884,7 @@ if __name__ == "__main__":
         cql_update_main(sys.argv[1:])
     elif "--edac-update" in sys.argv[1:]:
         edac_update_main(sys.argv[1:])
+    elif "--rambo-update" in sys.argv[1:]:
+        rambo_update_main(sys.argv[1:])
     else:
         parity.main(PEER, __doc__.split("\n")[0])

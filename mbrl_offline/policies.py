@@ -50,6 +50,7 @@ class FeedForwardAgent:
 
     recurrent = False  # the policy role: a feed-forward policy
     needs_dynamics = False  # whether the agent's own losses use the generator's dynamics model (MOBILE)
+    provides_value = False  # whether it is its own value role (`roles.ValueFunction`: mode, q_value, discount)
     consumes = "transitions"  # the data it learns from: transition rows (not sequences; `SEQUENCE_KINDS`)
     divergence_metric = "q_mean"  # the update metric the trainer's divergence guard watches (its Q estimate)
 

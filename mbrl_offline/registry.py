@@ -76,6 +76,13 @@ def check_agent_class(cls) -> None:
                    "load_state_dict"):
         if not callable(getattr(cls, method, None)):
             raise ConfigError(f"{where} needs a method {method} (mbrl_offline.roles.AgentClass and Agent).")
+    if not isinstance(getattr(cls, "provides_value", False), bool):
+        raise ConfigError(f"{where}'s provides_value must be True or False (mbrl_offline.roles.AgentClass).")
+    if getattr(cls, "provides_value", False):
+        for method in ("mode", "q_value"):
+            if not callable(getattr(cls, method, None)):
+                raise ConfigError(f"{where} declares provides_value True and needs a method {method} "
+                                  f"(mbrl_offline.roles.ValueFunction).")
 
 
 def check_generator_class(cls) -> None:

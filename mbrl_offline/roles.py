@@ -80,6 +80,29 @@ class Policy(Protocol):
 
 
 @runtime_checkable
+class ValueFunction(Protocol):
+    """What a generator whose model learns from the agent (RAMBO's adversarial model training,
+    `mbrl_offline.generators.rollouts.AdversarialConfig`) asks of the agent's value estimates: an agent
+    whose class declares ``provides_value`` True is its own value function. Observations and actions are
+    tensors on the agent's device in the env's units (raw observations: an agent that standardises them
+    does so inside); nothing here builds a graph (the calls run under ``torch.no_grad``).
+
+    ``mode`` is the policy's deterministic action (the mean or mode, as evaluation acts); ``q_value`` the
+    agent's pessimistic estimate of Q(s, a) ``(B,)``: the min over its critics, in the env's reward
+    units (an agent that scales rewards divides its estimate back); ``discount`` its gamma."""
+
+    discount: float
+
+    def mode(self, observations: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``(B, act_dim)`` for observations ``(B, obs_dim)``."""
+        ...
+
+    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """min over the critics of Q(s, a), ``(B,)``, in the env's reward units."""
+        ...
+
+
+@runtime_checkable
 class EpisodePolicy(Protocol):
     """A policy acting in real episodes (evaluation, `mbrl_offline.evaluation.evaluate_policy`): numpy in,
     numpy out, and whatever state it needs kept per episode.
@@ -105,7 +128,9 @@ class Agent(Protocol):
 
     Also expected: ``name`` (the registry's), ``config`` (a dataclass with ``batch_size``: rows per
     batch, or the tape's length for an agent of sequences), ``device`` and ``consumes`` (in
-    `SEQUENCE_KINDS`; read with "transitions" as its default); optionally ``on_epoch_end(epoch,
+    `SEQUENCE_KINDS`; read with "transitions" as its default); where its class declares
+    ``provides_value`` True, the value role (`ValueFunction`: ``mode``, ``q_value``, ``discount``), which
+    the trainer hands to a generator's ``adapt``; optionally ``on_epoch_end(epoch,
     total_epochs)`` for per-epoch schedules, ``deterministic_sampling`` (True where its policy's ``sample()``
     takes ``deterministic=``; read as False) and ``set_total_updates(total)``, which the trainer calls
     once, when it is built, with the run's number of updates (for schedules over updates). An agent of
@@ -162,6 +187,12 @@ class Generator(Protocol):
     sizes the synthetic buffer (generated rows kept; the oldest go first); ``extra_fields`` declares
     the fields its rows carry besides the transition's (`mbrl_offline.buffer.transition_schema`: the
     member that produced a row, its uncertainty, ...), which the synthetic buffer keeps.
+
+    Optionally, a generator whose model learns from the agent during the run (RAMBO's adversarial
+    model training) has ``adapt_every`` (agent updates between calls; 0: never, as when absent) and
+    ``adapt(policy, value, real, rng) -> metrics``, which the trainer calls after every
+    ``adapt_every``-th update with the agent's policy, its value role (`ValueFunction`) and every real
+    row. What ``adapt`` changes belongs to ``state_dict()`` (its ``model`` stays the fitted one).
     """
 
     config: Any
@@ -219,6 +250,9 @@ class AgentClass(Protocol):
     - ``recurrent``: whether its policy carries a state (reads `mbrl_offline.policies.history_inputs`).
     - ``needs_dynamics``: whether its own losses use the generator's dynamics model (MOBILE's penalty);
       the generator hands it over as the ``dynamics`` part (`GeneratorClass.provides_dynamics`).
+    - ``provides_value`` (optional, read as False): whether instances are their own `ValueFunction`
+      (``mode``, ``q_value``, ``discount``), which a generator that trains its model against the agent
+      (``generator.adversarial``) needs; `mbrl_offline.compose.check_pair` refuses that pair otherwise.
     - ``divergence_metric``: the metric of ``update`` (an estimate of the value) that the trainer's
       divergence guard watches (``trainer.divergence_q``), or None for none.
     - ``on_policy`` (optional, read as False): whether it learns only from rollouts of its current policy,

@@ -13,8 +13,10 @@ mixing rule; every ``eval_every`` epochs the agent's deterministic episode polic
 (``run.json`` describes the run, the generator's settings next to the agent's); every
 ``checkpoint_every`` epochs a checkpoint is written atomically to ``<run_dir>/checkpoint.pt``.
 Optionally the agent has ``on_epoch_end(epoch, total_epochs)`` for per-epoch schedules and
-``set_total_updates(total)``, called once here with the run's number of updates. Batches carry
-a bool ``synthetic`` field marking generated rows.
+``set_total_updates(total)``, called once here with the run's number of updates. A generator with
+``adapt_every`` > 0 (RAMBO's adversarial model training) has ``adapt`` called after every
+``adapt_every``-th update, with the agent's policy and value role (`mbrl_offline.roles.ValueFunction`).
+Batches carry a bool ``synthetic`` field marking generated rows.
 
 Agents of sequences (``agent.consumes == "sequences"``, NEUBAY) learn from tapes of whole episodes:
 the dataset is also kept as a `SequenceBuffer` of its episodes, a generator of sequences
@@ -149,6 +151,8 @@ class Trainer:
         self.rng = torch.Generator(device=self.device).manual_seed(config.seed)
         self.epoch = 0
         self.next_generation: Optional[int] = 0 if generator is not None else None  # update before which it runs
+        # updates between the generator's adapt calls (a model that learns from the agent: RAMBO's); 0: never
+        self.adapt_every = int(getattr(generator, "adapt_every", 0) or 0) if generator is not None else 0
         if hasattr(agent, "set_total_updates"):  # schedules over the run's updates (NEUBAY's cosine rates)
             agent.set_total_updates(config.epochs * config.updates_per_epoch)
         self.history: list[dict] = []  # evaluation results, one per evaluated epoch
@@ -280,6 +284,15 @@ class Trainer:
         record["speed"]["rollout_transitions_per_s"] = stats["transitions"] / elapsed
         record["speed"]["generations"] = record["speed"].get("generations", 0) + 1
 
+    def _adapt(self, record: dict) -> None:
+        """The generator's ``adapt`` (`mbrl_offline.roles.Generator`: its model learns from the agent's
+        current policy and value role), after every ``adapt_every``-th update."""
+        start = time.perf_counter()
+        n = len(self.real)
+        real = {key: value[:n] for key, value in self.real.data.items()}
+        record["adapt"] = self.generator.adapt(self.agent.policy, self.agent, real, self.rng)
+        record["speed"]["adapt_seconds"] = record["speed"].get("adapt_seconds", 0.0) + time.perf_counter() - start
+
     def _run_epoch(self, bar) -> dict:
         cfg, agent = self.config, self.agent
         record: dict[str, dict[str, float]] = {"speed": {}}
@@ -295,6 +308,8 @@ class Trainer:
             for key, value in agent.update(batch).items():
                 sums[key] = sums[key] + value if key in sums else value
             update_seconds += time.perf_counter() - start
+            if self.adapt_every and (step + 1) % self.adapt_every == 0:
+                self._adapt(record)
             bar.update(1)
         record["train"] = {k: v.item() / cfg.updates_per_epoch for k, v in sums.items()}
         record["speed"]["updates_per_s"] = cfg.updates_per_epoch / update_seconds

@@ -135,7 +135,8 @@ def test_a_checkpoint_of_the_first_format_is_read_with_its_generator_settings(da
     migrated = read_checkpoint(path)["generator_config"]
     assert migrated["mixing"] == {"rule": "fraction", "real_ratio": 0.05, "real_rows": 16}  # later settings: defaults
     assert {k: v for k, v in migrated.items() if k != "mixing"} == {k: generator[k] for k in migrated if k != "mixing"}
-    assert set(generator) - set(migrated) == {"utd"}  # a later setting: its default (None) when the run is read
+    # later settings: their defaults when the run is read (utd None; RAMBO's standardisation and adversarial training off)
+    assert set(generator) - set(migrated) == {"utd", "standardise_observations", "observation_std_eps", "adversarial"}
     load_policy(path)
     assert make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=2).train(resume=True)["epochs"] == 2
 

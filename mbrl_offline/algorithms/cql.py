@@ -297,6 +297,23 @@ class CQL(FeedForwardAgent):
         """log pi(a|s) of env-unit actions ``(B,)``, differentiable in them (states normalised here)."""
         return self.actor.log_prob_of(self.normalise(observations), actions)
 
+    # ------------------------------------------------------------------ the value role (`roles.ValueFunction`)
+    provides_value = True
+
+    @property
+    def discount(self) -> float:
+        return self.config.gamma
+
+    @torch.no_grad()
+    def mode(self, observations: torch.Tensor) -> torch.Tensor:
+        """The deterministic action (the tanh of the Gaussian's mean), states normalised here."""
+        return self.actor(self.normalise(observations), deterministic=True, with_log_prob=False)[0]
+
+    @torch.no_grad()
+    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """min of the two critics ``(B,)``, divided by the reward scale (the env's reward units)."""
+        return self.critic(self.normalise(observations), actions).min(dim=0).values / self.reward_scale
+
     # ------------------------------------------------------------------ learning
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One step on each of the actor, alpha, (alpha') and the critics, in ``update_order``; returns

@@ -185,6 +185,23 @@ class IQL(FeedForwardAgent):
         dist = torch.distributions.Normal(mean, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
         return dist.log_prob(scaled).sum(-1)
 
+    # ------------------------------------------------------------------ the value role (`roles.ValueFunction`)
+    provides_value = True
+
+    @property
+    def discount(self) -> float:
+        return self.config.gamma
+
+    @torch.no_grad()
+    def mode(self, observations: torch.Tensor) -> torch.Tensor:
+        """The policy's mean, in the env's units (as ``act`` with ``deterministic``)."""
+        return self._actions(observations, True)
+
+    @torch.no_grad()
+    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """min of the two Q critics ``(B,)``, divided by the reward scale (the env's reward units)."""
+        return self.critic(self.normalise(observations), actions).min(dim=0).values / self.reward_scale
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One step on each of V, the critics and the actor, in CORL's order; returns detached scalar
         tensors."""

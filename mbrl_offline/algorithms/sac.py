@@ -230,6 +230,23 @@ class SAC(FeedForwardAgent):
         """log pi(a|s) of given env-unit actions under the tanh-Gaussian actor, differentiable in them."""
         return self.actor.log_prob_of(observations, actions)
 
+    # ------------------------------------------------------------------ the value role (`roles.ValueFunction`)
+    provides_value = True
+
+    @property
+    def discount(self) -> float:
+        return self.config.gamma
+
+    @torch.no_grad()
+    def mode(self, observations: torch.Tensor) -> torch.Tensor:
+        """The deterministic action: the tanh of the Gaussian's mean, in the env's units."""
+        return self.actor(observations, deterministic=True, with_log_prob=False)[0]
+
+    @torch.no_grad()
+    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """min over the N critics of Q(s, a) ``(B,)``."""
+        return self.critic(observations, actions).min(dim=0).values
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on each of alpha, actor and critics; returns detached scalar tensors
         (no device sync here: callers average them when they need numbers)."""

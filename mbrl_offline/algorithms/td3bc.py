@@ -147,6 +147,23 @@ class TD3BC(FeedForwardAgent):
         diff = actions - self.pi(self.normalise(observations))
         return -0.5 * (diff.pow(2) + math.log(2 * math.pi)).sum(-1)
 
+    # ------------------------------------------------------------------ the value role (`roles.ValueFunction`)
+    provides_value = True
+
+    @property
+    def discount(self) -> float:
+        return self.config.gamma
+
+    @torch.no_grad()
+    def mode(self, observations: torch.Tensor) -> torch.Tensor:
+        """pi(s), the deterministic actor, in the env's units."""
+        return self.pi(self.normalise(observations))
+
+    @torch.no_grad()
+    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """min of the two critics ``(B,)``."""
+        return self.critic(self.normalise(observations), actions).min(dim=0).values
+
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One critic step, and on every ``policy_freq``-th call an actor step and the target updates;
         returns detached scalar tensors (the actor's losses are those of its last step)."""

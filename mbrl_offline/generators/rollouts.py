@@ -43,6 +43,52 @@ the truncation, here after it; and a path that the termination function ended is
 whether or not USAD cut it (the official code marks every path it did not cut as not terminated,
 so that a path the termination function ended bootstraps: read as an oversight).
 
+Two more turn them into RAMBO's (Rigter, Lacerda & Hawes, NeurIPS 2022; OfflineRL-Kit's
+``offlinerlkit/policy/model_based/rambo.py``), again with any agent of transitions:
+
+* ``standardise_observations``: the dynamics model is fitted on, and rolls out in, observations
+  standardised with the dataset's mean and std + ``observation_std_eps`` (OfflineRL-Kit's RAMBO
+  standardises its real buffer in place, ``ReplayBuffer.normalize_obs``, so that its model, its
+  rollouts and its agent all work in those coordinates). The model is wrapped (`StandardisedDynamics`)
+  so that its callers keep raw units: rollouts start from raw states, the termination function
+  reads raw states (OfflineRL-Kit's ``obs_unnormalization`` wrapper), and the stored rows are raw;
+  an agent that standardises inside itself (RAMBO's, with the same statistics) then sees what
+  OfflineRL-Kit's agent sees, up to float rounding.
+* ``adversarial`` (`AdversarialConfig`): RAMBO's adversarial model training. Every ``every`` agent
+  updates the trainer calls `RolloutGenerator.adapt`, which takes ``steps`` gradient steps on the
+  ensemble against the agent's current value estimates (its value role, `mbrl_offline.roles.ValueFunction`):
+  rollouts of the current policy from ``batch_size`` real start states, ``horizon`` steps each
+  (no terminal masking: OfflineRL-Kit's masking lines are commented out), and at each step
+  (`adversarial_step`)
+
+      (s', r) ~ one no-grad sample per member, of one uniformly drawn elite per row,
+      log p   = logsumexp_{k in E} log N((s', r); mu_k, sigma_k) - log |E|      (grad into mu_k, sigma_k)
+      A       = r + gamma (1 - d(s')) Q(s', pi_mode(s')) - Q(s, a)              (no grad; Q: the agent's min)
+      A_hat   = (A - mean A) / (std A + eps)
+      L       = lambda mean(A_hat log p) + L_MLE(real batch) + decay + c (sum max_logvar - sum min_logvar)
+
+  and one step of its own Adam (``learning_rate``). L_MLE is the ensemble's Gaussian NLL summed over
+  members (`GaussianEnsembleDynamics.loss`) on a real batch, with the per-layer L2 decay as
+  1/2 wd |W|^2 and the log-variance bound term of the model's own config. The model stays modified:
+  later rollouts use it, and the changes accumulate over the run. The generator keeps the fitted model
+  unchanged (``model``: what the checkpoint fingerprints and the cache gives back) and adapts a copy,
+  whose weights and optimiser its ``state_dict`` holds, so a resumed run continues exactly.
+
+  log p is computed as a logsumexp, where OfflineRL-Kit exponentiates in float64 and takes the log
+  back (``prob = log_prob.double().exp() / |E|; log_prob = prob.sum(0).log()``): equal wherever that
+  form neither under- nor overflows (tests/test_rambo.py), and finite where it gives -inf.
+
+Differences from OfflineRL-Kit's ``RAMBOPolicy.update_dynamics`` (settings where they are choices):
+``when_zero`` says what lambda = 0 does (OfflineRL-Kit: the MLE steps still run, a fine-tune on real
+data; the official code: nothing); ``mle_batch`` "shared" (OfflineRL-Kit: one real batch for all
+members) or "per_member" (the official ``bnn.py``: an independent batch per member);
+``advantage_eps`` 1e-6 (OfflineRL-Kit) or 0 (the official). With lambda = 0 and "mle_finetune" the
+rollout part is not computed (its loss term is 0 x it): the same steps, less work, other random draws.
+The noise is torch's (OfflineRL-Kit draws it with torch in this step too) and the elite choice
+``torch.randint`` (OfflineRL-Kit: ``np.random.choice``). The elite draw and samples of every member
+follow OfflineRL-Kit's order (all members sampled, then one picked per row). OfflineRL-Kit's
+``include_ent_in_adv`` (default False) is not offered.
+
 `RolloutGenerator` is the generator role (`mbrl_offline.roles.Generator`) around them: the dynamics
 model (the learned ensemble, fitted or loaded from the cache, or the simulator itself), the schedule
 and the mixing rule, as one `RolloutGeneratorConfig` (``generator=rollouts``; each model-based
@@ -50,11 +96,14 @@ algorithm publishes its own, e.g. `mbrl_offline.algorithms.RAVL.published_genera
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import copy
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Optional
 
 import torch
+from torch import nn
 
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.config import (check_field_types, require_above_zero, require_in_range, require_nonnegative,
@@ -69,13 +118,15 @@ from mbrl_offline.models.true_dynamics import TrueDynamics
 from mbrl_offline.models.uncertainty import max_pairwise_distance
 from mbrl_offline.pairing import check_policy
 from mbrl_offline.registry import register_generator
-from mbrl_offline.roles import GeneratorConfig, Policy
+from mbrl_offline.roles import GeneratorConfig, Policy, ValueFunction
 PENALTIES = ("none", "aleatoric", "disagreement", "epistemic")
 PLANNERS = ("policy", "upmpc")
 UNCERTAINTIES = ("aleatoric", "disagreement", "epistemic")
 MEMBERS = ("step", "rollout", "every")
 HALTS = ("none", "usad")
 STARTS = ("data", "initial")
+WHEN_ZERO = ("mle_finetune", "skip")  # AdversarialConfig.when_zero
+MLE_BATCHES = ("shared", "per_member")  # AdversarialConfig.mle_batch
 
 
 @dataclass
@@ -316,6 +367,231 @@ def usad_threshold(dynamics, observations: torch.Tensor, actions: torch.Tensor, 
 
 
 @dataclass
+class AdversarialConfig:
+    """RAMBO's adversarial model training (module docstring), off unless ``every`` > 0. Defaults:
+    OfflineRL-Kit's ``run_rambo.py`` (1000 steps every 1000 updates, batch 256, lambda 3e-4, Adam 3e-4)."""
+
+    every: int = 0  # agent updates between adversarial phases (OfflineRL-Kit: 1000); 0: off
+    steps: int = 1000  # gradient steps on the ensemble per phase
+    coef: float = 3e-4  # lambda: the adversarial term's weight against the MLE term
+    batch_size: int = 256  # start states of the adversarial rollouts, and real rows of the MLE term
+    horizon: Optional[int] = None  # steps of each adversarial rollout; None: the rollouts' horizon (OfflineRL-Kit)
+    learning_rate: float = 3e-4  # its own Adam over the model's parameters (OfflineRL-Kit's dynamics_adv_optim)
+    # What lambda = 0 does: "mle_finetune" (the steps still run on the MLE term alone: OfflineRL-Kit)
+    # or "skip" (no step at all, the model stays the fitted one: the official code).
+    when_zero: str = "mle_finetune"
+    # The MLE term's real rows: "shared" (one batch for every member: OfflineRL-Kit) or "per_member"
+    # (an independent batch per member: the official bnn.py's get_labeled_batch).
+    mle_batch: str = "shared"
+    advantage_eps: float = 1e-6  # A_hat = (A - mean) / (std + advantage_eps) (OfflineRL-Kit; the official: 0)
+
+    def __post_init__(self):
+        check_field_types(self, "generator.adversarial")  # types first: a coefficient that is not a number is refused here
+        require_nonnegative(self, "every", section="generator.adversarial")
+        require_positive(self, "steps", "batch_size", section="generator.adversarial")
+        require_in_range(self, "coef", low=0.0, section="generator.adversarial",
+                         hint=" (lambda: 3e-4 in OfflineRL-Kit's presets, 0 for none)")
+        require_in_range(self, "learning_rate", low=0.0, low_open=True, section="generator.adversarial")
+        require_nonnegative(self, "advantage_eps", section="generator.adversarial")
+        if self.horizon is not None:
+            require_positive(self, "horizon", section="generator.adversarial")
+        if self.when_zero not in WHEN_ZERO:
+            raise ConfigError(f"unknown generator.adversarial.when_zero '{self.when_zero}'; choose one of "
+                              f"{', '.join(WHEN_ZERO)}.")
+        if self.mle_batch not in MLE_BATCHES:
+            raise ConfigError(f"unknown generator.adversarial.mle_batch '{self.mle_batch}'; choose one of "
+                              f"{', '.join(MLE_BATCHES)}.")
+
+    @property
+    def active(self) -> bool:
+        """Whether any adversarial step runs: ``every`` > 0, and lambda > 0 unless lambda = 0 fine-tunes."""
+        return self.every > 0 and (self.coef > 0 or self.when_zero == "mle_finetune")
+
+
+class StandardisedDynamics(nn.Module):
+    """A dynamics ensemble fitted on standardised observations, seen in raw units from outside:
+    ``step`` and ``sample_next_observations`` take and return raw observations (``inner`` works on
+    ``(obs - obs_mean) / obs_std``). ``standardise``/``unstandardise`` convert."""
+
+    def __init__(self, inner, obs_mean: torch.Tensor, obs_std: torch.Tensor):
+        super().__init__()
+        self.inner = inner
+        self.register_buffer("obs_mean", torch.as_tensor(obs_mean, dtype=torch.float32).clone())
+        self.register_buffer("obs_std", torch.as_tensor(obs_std, dtype=torch.float32).clone())
+
+    @property
+    def elites(self) -> torch.Tensor:
+        return self.inner.elites
+
+    @property
+    def config(self):
+        return self.inner.config
+
+    def standardise(self, obs: torch.Tensor) -> torch.Tensor:
+        return (obs - self.obs_mean) / self.obs_std
+
+    def unstandardise(self, obs: torch.Tensor) -> torch.Tensor:
+        return obs * self.obs_std + self.obs_mean
+
+    @torch.no_grad()
+    def step(self, obs: torch.Tensor, act: torch.Tensor, generator: Optional[torch.Generator] = None,
+             deterministic: bool = False, uncertainty: bool = False,
+             members: Optional[torch.Tensor] = None) -> dict[str, torch.Tensor]:
+        """`GaussianEnsembleDynamics.step` in standardised coordinates, raw next observations out."""
+        out = self.inner.step(self.standardise(obs), act, generator, deterministic, uncertainty, members)
+        out["next_observations"] = self.unstandardise(out["next_observations"])
+        return out
+
+    @torch.no_grad()
+    def sample_next_observations(self, obs: torch.Tensor, act: torch.Tensor, samples: int,
+                                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        return self.unstandardise(self.inner.sample_next_observations(self.standardise(obs), act, samples, generator))
+
+
+def standardised_dataset(dataset, eps: float):
+    """``dataset`` with observations and next observations standardised by the observations' mean and
+    (population) std + ``eps`` (OfflineRL-Kit's ``ReplayBuffer.normalize_obs``), and those statistics."""
+    mean = dataset.observations.mean(0)
+    std = dataset.observations.std(0) + eps
+    copy_ = replace(dataset, observations=(dataset.observations - mean) / std,
+                    next_observations=(dataset.next_observations - mean) / std,
+                    source=f"{dataset.source} (observations standardised)")
+    return copy_, mean, std
+
+
+def mixture_log_prob(mean: torch.Tensor, std: torch.Tensor, sample: torch.Tensor) -> torch.Tensor:
+    """log of the equal-weight mixture density of the members at each row's sample: ``(B,)`` from the
+    members' means and stds ``(E, B, D)`` and samples ``(B, D)``, as
+    ``logsumexp_k sum_d log N(sample_d; mean_kd, std_kd) - log E``."""
+    log_n = torch.distributions.Normal(mean, std).log_prob(sample.unsqueeze(0)).sum(-1)  # (E, B)
+    return torch.logsumexp(log_n, dim=0) - math.log(mean.shape[0])
+
+
+def normalised_advantage(advantage: torch.Tensor, eps: float) -> torch.Tensor:
+    """``(A - mean A) / (std A + eps)`` over the batch (the unbiased std, as torch's and OfflineRL-Kit's)."""
+    return (advantage - advantage.mean()) / (advantage.std() + eps)
+
+
+def mle_loss(model, inputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The ensemble's supervised loss on (standardised inputs, member-space targets), ``(B, ...)`` shared
+    or ``(N, B, ...)`` per member: `GaussianEnsembleDynamics.loss` (Gaussian NLL summed over members and
+    the log-variance bound term) plus each layer's L2 decay as 1/2 wd |W|^2 (OfflineRL-Kit's
+    ``get_decay_loss``)."""
+    loss = model.loss(inputs, targets)
+    for layer, decay in zip([*model.hidden, model.head], model.layer_weight_decay):
+        if decay:
+            loss = loss + 0.5 * decay * layer.weight.pow(2).sum()
+    return loss
+
+
+def adversarial_step(model, optimizer: torch.optim.Optimizer, obs: torch.Tensor, policy: Policy,
+                     value: ValueFunction, real: dict[str, torch.Tensor], termination_fn: TerminationFn,
+                     config: AdversarialConfig, to_raw=None, from_raw=None,
+                     generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One adversarial gradient step on ``model`` (a `GaussianEnsembleDynamics`), from the rollout states
+    ``obs`` ``(B, obs_dim)`` in the model's coordinates; returns the next states (model coordinates,
+    detached) and the step's metrics (detached scalars).
+
+    ``real``: a batch of real rows (raw units) for the MLE term, ``(B, ...)`` or, for
+    ``mle_batch="per_member"``, ``(N, B, ...)``. ``to_raw``/``from_raw`` convert observations between
+    the model's coordinates and the raw units the policy, the value and the termination function read
+    (None: the same). The policy and the value run without gradients: only the model's parameters
+    get any."""
+    to_raw = to_raw or (lambda x: x)
+    from_raw = from_raw or (lambda x: x)
+    lam = config.coef
+    metrics = {}
+    next_obs = obs
+    loss = torch.zeros((), device=obs.device)
+    if lam > 0:
+        raw = to_raw(obs)
+        with torch.no_grad():
+            actions = policy.sample(raw)[0]
+        mean, logvar = model.to_raw(*model(model.normalise(obs, actions)))  # (N, B, obs_dim + 1)
+        mean = torch.cat([mean[..., :-1] + obs, mean[..., -1:]], dim=-1)  # [s', r]
+        std = (0.5 * logvar).exp()
+        with torch.no_grad():  # one sample of every member, then one elite per row (OfflineRL-Kit's order)
+            samples = mean + std * torch.randn(mean.shape, device=obs.device, generator=generator)
+            elites = model.elites
+            pick = elites[torch.randint(0, len(elites), (len(obs),), device=obs.device, generator=generator)]
+            sample = samples[pick, torch.arange(len(obs), device=obs.device)]
+        log_p = mixture_log_prob(mean[elites], std[elites], sample)  # (B,), grad into every elite's mean and std
+        next_obs, rewards = sample[:, :-1], sample[:, -1]
+        with torch.no_grad():
+            next_raw = to_raw(next_obs)
+            terminals = termination_fn(next_raw).float()
+            next_q = value.q_value(next_raw, value.mode(next_raw))
+            advantage = rewards + value.discount * (1.0 - terminals) * next_q - value.q_value(raw, actions)
+            advantage_hat = normalised_advantage(advantage, config.advantage_eps)
+        adversarial = (advantage_hat * log_p).mean()
+        loss = lam * adversarial
+        metrics = {"adversarial_loss": adversarial.detach(), "log_prob": log_p.detach().mean(),
+                   "advantage_mean": advantage.mean(), "advantage_std": advantage.std(),
+                   "terminated_fraction": terminals.mean()}
+    real_obs, real_next = from_raw(real["observations"]), from_raw(real["next_observations"])
+    targets = torch.cat([real_next - real_obs, real["rewards"].unsqueeze(-1)], dim=-1)
+    targets = (targets - model.output_shift) / model.output_scale  # the members' space
+    mle = mle_loss(model, model.normalise(real_obs, real["actions"]), targets)
+    loss = loss + mle
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    metrics.update(mle_loss=mle.detach(), loss=loss.detach())
+    return next_obs.detach(), metrics
+
+
+class AdversarialTrainer:
+    """RAMBO's adversarial phases on one ensemble (`adversarial_step`): its own Adam, the start states and
+    MLE rows drawn from the real data, ``steps`` steps in rollouts of ``horizon`` steps."""
+
+    def __init__(self, dynamics, termination_fn: TerminationFn, config: AdversarialConfig, horizon: int):
+        self.dynamics, self.termination_fn, self.config = dynamics, termination_fn, config
+        self.horizon = config.horizon or horizon
+        self.model = dynamics.inner if isinstance(dynamics, StandardisedDynamics) else dynamics
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
+
+    def run(self, policy: Policy, value: ValueFunction, real: dict[str, torch.Tensor],
+            generator: Optional[torch.Generator] = None) -> dict[str, float]:
+        """One phase: ``steps`` adversarial steps (none where lambda = 0 and ``when_zero="skip"``);
+        returns the metrics averaged over them."""
+        cfg, model = self.config, self.model
+        if not cfg.active:
+            return {}
+        wrapped = isinstance(self.dynamics, StandardisedDynamics)
+        to_raw = self.dynamics.unstandardise if wrapped else None
+        from_raw = self.dynamics.standardise if wrapped else None
+        n, device = len(real["observations"]), real["observations"].device
+        members = model.config.ensemble_size if cfg.mle_batch == "per_member" else None
+
+        def rows(shape) -> dict[str, torch.Tensor]:
+            index = torch.randint(0, n, shape, device=device, generator=generator)
+            return {k: real[k][index] for k in ("observations", "actions", "next_observations", "rewards")}
+
+        sums: dict[str, torch.Tensor] = {}
+        model.train()
+        steps, obs = 0, None
+        while steps < cfg.steps:
+            if steps % self.horizon == 0:
+                obs = rows((cfg.batch_size,))["observations"]
+                obs = from_raw(obs) if wrapped else obs
+            batch = rows((members, cfg.batch_size) if members else (cfg.batch_size,))
+            obs, metrics = adversarial_step(model, self.optimizer, obs, policy, value, batch, self.termination_fn,
+                                            cfg, to_raw, from_raw, generator)
+            for key, v in metrics.items():
+                sums[key] = sums.get(key, 0.0) + v
+            steps += 1
+        model.eval()
+        return {key: (v / steps).item() for key, v in sums.items()}
+
+    def state_dict(self) -> dict:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+@dataclass
 class RolloutGeneratorConfig(GeneratorConfig):
     """``generator=rollouts``: branched model rollouts, their dynamics model, schedule and mixing."""
 
@@ -327,6 +603,31 @@ class RolloutGeneratorConfig(GeneratorConfig):
     dynamics: DynamicsConfig = field(default_factory=DynamicsConfig)  # the learned ensemble's settings
     true_dynamics: bool = False  # roll out in the simulator itself (`TrueDynamics`) instead of the ensemble
     mixing: MixingConfig = field(default_factory=MixingConfig)  # real and synthetic rows per batch
+    # Fit the ensemble on, and roll out in, observations standardised with the dataset's mean and std +
+    # observation_std_eps (OfflineRL-Kit's RAMBO: 1e-3); rows are stored in raw units either way.
+    standardise_observations: bool = False
+    observation_std_eps: float = 1e-3
+    # RAMBO's adversarial model training against the agent's value estimates (off unless adversarial.every > 0).
+    adversarial: AdversarialConfig = field(default_factory=AdversarialConfig)
+
+    def __post_init__(self):
+        super().__post_init__()
+        require_nonnegative(self, "observation_std_eps", section="generator")
+        if self.true_dynamics and (self.standardise_observations or self.adversarial.every > 0):
+            raise ConfigError("generator.true_dynamics=true rolls out in the simulator, which has no model to "
+                              "standardise or train adversarially; set generator.standardise_observations=false and "
+                              "generator.adversarial.every=0.")
+        if self.standardise_observations and self.rollout.planner == "upmpc":
+            raise ConfigError("generator.rollout.planner=upmpc plans with the model's raw-unit predictions; set "
+                              "generator.standardise_observations=false.")
+
+    def check_agent(self, agent, algo_config) -> None:
+        """Adversarial training needs the agent's value role (``provides_value``: an action for a state and
+        its pessimistic Q; `mbrl_offline.roles.ValueFunction`)."""
+        if self.adversarial.active and not getattr(agent, "provides_value", False):
+            raise ConfigError(f"generator.adversarial trains the model against the agent's value estimates, and "
+                              f"{agent.name} provides none (its class declares provides_value False); set "
+                              f"generator.adversarial.every=0, or use an agent with critics (e.g. sac, iql, td3bc).")
 
     def __post_init__(self):
         super().__post_init__()
@@ -369,11 +670,30 @@ class RolloutGenerator:
     def __init__(self, dynamics, termination_fn: TerminationFn,
                  config: RolloutGeneratorConfig = RolloutGeneratorConfig()):
         self.config = config
+        self.fitted = dynamics  # the model as fitted or loaded: never changed (``model``)
+        self.adversary = None
+        if config.adversarial.active:  # the rollouts step a copy that the adversarial phases train
+            dynamics = copy.deepcopy(dynamics)
+            self.adversary = AdversarialTrainer(dynamics, termination_fn, config.adversarial, config.rollout.horizon)
         self.rollouts = BranchedRollouts(dynamics, termination_fn, config.rollout)
 
     @property
     def dynamics(self):
+        """The model the rollouts step (the adversarially trained copy where ``adversarial`` is on)."""
         return self.rollouts.dynamics
+
+    @property
+    def adapt_every(self) -> int:
+        """Agent updates between `adapt` calls (`mbrl_offline.roles.Generator`): the adversarial phases'
+        ``every``; 0 (never) when they are off."""
+        return self.config.adversarial.every if self.adversary is not None else 0
+
+    def adapt(self, policy: Policy, value: ValueFunction, real: dict[str, torch.Tensor],
+              rng: Optional[torch.Generator] = None) -> dict[str, float]:
+        """One adversarial phase (`AdversarialTrainer.run`) against the agent's current ``policy`` and
+        ``value``, from the real rows ``real``; returns its mean metrics."""
+        check_policy(self, policy)
+        return self.adversary.run(policy, value, real, rng) if self.adversary is not None else {}
 
     @property
     def buffer_capacity(self) -> int:
@@ -395,14 +715,19 @@ class RolloutGenerator:
             if model_path is not None:
                 raise ConfigError("generator.true_dynamics=true rolls out in the simulator; leave dynamics_path unset.")
             dynamics = TrueDynamics(env.name)
-        elif model_path is not None:
-            dynamics = GaussianEnsembleDynamics.load(model_path, map_location=device)
         else:
-            dynamics, _ = load_or_fit_dynamics(dataset, config.dynamics, cache_dir, device, progress)
-        if config.rollout.halt == "usad" and dynamics.config.ensemble_size < 2:
-            raise ConfigError(f"generator.rollout.halt=usad thresholds the disagreement between ensemble members, and "
-                              f"the model in {model_path} has one member; give a model of several members or set "
-                              f"generator.rollout.halt=none.")
+            data, mean, std = (standardised_dataset(dataset, config.observation_std_eps)
+                               if config.standardise_observations else (dataset, None, None))
+            if model_path is not None:  # with standardise_observations: a model fitted on the standardised data
+                dynamics = GaussianEnsembleDynamics.load(model_path, map_location=device)
+            else:
+                dynamics, _ = load_or_fit_dynamics(data, config.dynamics, cache_dir, device, progress)
+            if config.rollout.halt == "usad" and dynamics.config.ensemble_size < 2:
+                raise ConfigError(f"generator.rollout.halt=usad thresholds the disagreement between ensemble members, and "
+                                  f"the model in {model_path} has one member; give a model of several members or set "
+                                  f"generator.rollout.halt=none.")
+            if config.standardise_observations:
+                dynamics = StandardisedDynamics(dynamics, torch.as_tensor(mean), torch.as_tensor(std))
         return cls(dynamics.to(torch.device(device)), env.termination_fn, config)
 
     def generate(self, policy: Policy, real: dict[str, torch.Tensor], rng: Optional[torch.Generator] = None
@@ -412,16 +737,20 @@ class RolloutGenerator:
 
     @property
     def model(self):
-        """The dynamics model (the ensemble, or the simulator), which the checkpoint knows by fingerprint."""
-        return self.rollouts.dynamics
+        """The dynamics model as fitted or loaded (the ensemble, or the simulator), which the checkpoint
+        knows by fingerprint; the adversarial phases train a copy of it (`state_dict`)."""
+        return self.fitted
 
     def state_dict(self) -> dict:
-        """Nothing besides the model: branched rollouts keep no state between generations."""
-        return {}
+        """Nothing besides the model for plain rollouts (they keep no state between generations); with
+        adversarial training, the trained copy's weights and its optimiser."""
+        return {"adversary": self.adversary.state_dict()} if self.adversary is not None else {}
 
     def load_state_dict(self, state: dict) -> None:
-        pass
+        if self.adversary is not None:
+            self.adversary.load_state_dict(state["adversary"])
 
 
-__all__ = ["BranchedRollouts", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig", "episode_starts",
+__all__ = ["AdversarialConfig", "BranchedRollouts", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig",
+           "StandardisedDynamics", "adversarial_step", "episode_starts", "mixture_log_prob", "normalised_advantage",
            "usad_threshold"]
