@@ -33,7 +33,7 @@ import pytest
 import torch
 
 from mbrl_offline import build_run, load_dataset
-from mbrl_offline.algorithms import CQL, EDAC, IQL, MOBILE, MOPO, NEUBAY, RAMBO, RAVL, TD3BC, COPlanner, MOReL
+from mbrl_offline.algorithms import CQL, EDAC, IQL, MOBILE, MOPO, NEUBAY, RAMBO, RAVL, TD3BC, COPlanner, MOReL, MOReLSAC
 from mbrl_offline.generators import NoGeneratorConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
 from mbrl_offline.trainer import TrainerConfig
@@ -166,6 +166,8 @@ CASES = {
     "td3bc": (TD3BC, lambda: model_free(TD3BC, alpha=10.0), "pendulum-medium", 80),
     "iql": (IQL, lambda: model_free(IQL), "pendulum-medium-replay", 80),
     "morel": (MOReL, morel_small, "pendulum-medium", 24, 2),
+    "morel_sac": (MOReLSAC, lambda: small(MOReLSAC, rollout={"pessimism_coef": 1.0, "halt_reward": -500.0}),
+                  "pendulum-medium", 60),
 }
 
 

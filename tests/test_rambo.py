@@ -264,11 +264,18 @@ def test_an_agent_without_a_value_role_is_refused_for_adversarial_training():
 
 
 def test_every_transition_agent_is_its_own_value_function():
+    """Every agent of transitions with critics provides the value role; an on-policy one (MOReL's NPG,
+    which learns no Q) declares none, and adversarial training refuses it."""
     from mbrl_offline.algorithms import ALGORITHMS
     data = load_dataset("pendulum-medium")
     obs = torch.as_tensor(data.observations[:5])
     for name, (cls, config_cls) in ALGORITHMS.items():
         if cls.consumes != "transitions":
+            continue
+        if getattr(cls, "on_policy", False):
+            assert not cls.provides_value, name
+            with pytest.raises(ConfigError, match="provides none"):
+                RAMBO.published_generator().check_agent(cls, None)
             continue
         assert cls.provides_value, name
         fields = {f.name for f in dataclasses.fields(config_cls)}

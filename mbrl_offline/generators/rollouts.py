@@ -620,17 +620,6 @@ class RolloutGeneratorConfig(GeneratorConfig):
         if self.standardise_observations and self.rollout.planner == "upmpc":
             raise ConfigError("generator.rollout.planner=upmpc plans with the model's raw-unit predictions; set "
                               "generator.standardise_observations=false.")
-
-    def check_agent(self, agent, algo_config) -> None:
-        """Adversarial training needs the agent's value role (``provides_value``: an action for a state and
-        its pessimistic Q; `mbrl_offline.roles.ValueFunction`)."""
-        if self.adversarial.active and not getattr(agent, "provides_value", False):
-            raise ConfigError(f"generator.adversarial trains the model against the agent's value estimates, and "
-                              f"{agent.name} provides none (its class declares provides_value False); set "
-                              f"generator.adversarial.every=0, or use an agent with critics (e.g. sac, iql, td3bc).")
-
-    def __post_init__(self):
-        super().__post_init__()
         if self.rollout.halt == "usad" and (self.true_dynamics or self.dynamics.ensemble_size < 2):
             model = "the simulator" if self.true_dynamics else "a model of one member"
             raise ConfigError(f"generator.rollout.halt=usad thresholds the disagreement between ensemble members, and "
@@ -638,8 +627,13 @@ class RolloutGeneratorConfig(GeneratorConfig):
                               f"generator.dynamics.ensemble_size >= 2) or set generator.rollout.halt=none.")
 
     def check_agent(self, agent, algo_config) -> None:
-        """An on-policy agent (`mbrl_offline.roles.AgentClass`'s ``on_policy``: MOReL's NPG) reads whole
-        paths: refuse rollouts without their path labels."""
+        """Adversarial training needs the agent's value role (``provides_value``: an action for a state and
+        its pessimistic Q; `mbrl_offline.roles.ValueFunction`). An on-policy agent (`mbrl_offline.roles.
+        AgentClass`'s ``on_policy``: MOReL's NPG) reads whole paths: refuse rollouts without their path labels."""
+        if self.adversarial.active and not getattr(agent, "provides_value", False):
+            raise ConfigError(f"generator.adversarial trains the model against the agent's value estimates, and "
+                              f"{agent.name} provides none (its class declares provides_value False); set "
+                              f"generator.adversarial.every=0, or use an agent with critics (e.g. sac, iql, td3bc).")
         if getattr(agent, "on_policy", False) and not self.rollout.label_paths:
             raise ConfigError(f"{agent.name} reads whole paths, and these rollouts are not labelled with them; set "
                               f"generator.rollout.label_paths=true (generator={agent.name} does).")
