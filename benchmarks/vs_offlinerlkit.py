@@ -1,5 +1,6 @@
 """Our MOPO, MOBILE, CQL and EDAC against OfflineRL-Kit's own code, learning side by side on the same
-arrays; our CQL's update against Kit's ``CQLPolicy.learn`` and our EDAC's against Kit's ``EDACPolicy``,
+arrays; our CQL's update against Kit's ``CQLPolicy.learn``, our COMBO's against its ``COMBOPolicy.learn``,
+our EDAC's against Kit's ``EDACPolicy`` and our RAMBO's adversarial steps against its ``RAMBOPolicy``,
 from the same weights, batches and draws.
 
     git clone https://github.com/yihaosun1124/OfflineRL-Kit /path/to/OfflineRL-Kit
@@ -20,6 +21,7 @@ variant. It prints the losses and the largest difference in any weight after eac
 attribute the actor's last difference.
     python benchmarks/vs_offlinerlkit.py --edac-update --offlinerlkit /path/to/OfflineRL-Kit \\
         [--dataset hopper-medium] [--num-critics 10] [--eta 1.0] [--updates 1]
+    python benchmarks/vs_offlinerlkit.py --combo-update --offlinerlkit /path/to/OfflineRL-Kit [--updates 3]
 
 ``--edac-update`` builds Kit's EDAC as ``run_edac.py`` does (``ActorProb`` with a 3x256 ``MLP`` and
 ``TanhDiagGaussian``, ``EnsembleCritic`` with the script's init, Adam at Kit's rates, ``EDACPolicy``)
@@ -37,6 +39,13 @@ standardised hopper-medium states, actions, real batches and draws (Kit's ``np.r
 replaced by our draw): it prints per step and side the adversarial and MLE losses, log p, the
 advantage's statistics, and the largest differences of the next states, of the gradients and of the
 model's parameters after the step.
+
+``--combo-update`` (`combo_update_main`) builds Kit's ``COMBOPolicy`` as ``run_combo.py`` does (its
+CQL's networks, from `kit_cql_policy`, holding our COMBO's initial weights) and runs both on the same
+batches of 128 hopper-medium rows and 128 stand-ins for model rows (`combo_batches`), with the same
+torch seed before each update, for ``rho_s`` mix and model and ``lse_mode`` per_repeat (Kit's) and
+joint (ours): it prints a table of each side's critic loss, push-down term and mean Q on the real rows,
+and the largest weight differences after each update (`combo_side_by_side`).
 
 `parity.py` (beside this file) holds what the harnesses share: the common data split, the
 measurements, our side, the processes and the report; its docstring says what is measured.
@@ -875,6 +884,122 @@ def rambo_update_main(argv) -> None:
                         "param_max_diff", "param_max_step"):
                 print(f"  {key:<20} {row[key]:.4g}")
 
+# ---------------------------------------------------------------------------------- COMBO, one update
+def kit_combo_policy(checkout, agent):
+    """OfflineRL-Kit's ``COMBOPolicy`` built as ``run_combo.py`` builds it (its CQL's networks, optimisers
+    and settings, from `kit_cql_policy`, so holding ``agent``'s weights), with ``agent``'s ``rho_s``; no
+    dynamics (``learn`` does not use them)."""
+    cfg = agent.config
+    cql = kit_cql_policy(checkout, agent)  # imports the checkout
+    from offlinerlkit.policy import COMBOPolicy
+
+    return COMBOPolicy(None, cql.actor, cql.critic1, cql.critic2, cql.actor_optim, cql.critic1_optim, cql.critic2_optim,
+                       action_space=cql.action_space, tau=cfg.tau, gamma=cfg.gamma,
+                       alpha=(cql._target_entropy, cql._log_alpha, cql.alpha_optim), cql_weight=cfg.cql_weight,
+                       temperature=cfg.temperature, max_q_backup=cfg.max_q_backup,
+                       deterministic_backup=cfg.deterministic_backup, with_lagrange=False,
+                       lagrange_threshold=cfg.lagrange_threshold, cql_alpha_lr=cfg.cql_alpha_lr,
+                       num_repeart_actions=cfg.num_repeats, uniform_rollout=False, rho_s=cfg.rho_s)
+
+
+def combo_batches(count: int, rows: int = 256, seed: int = 0):
+    """``count`` batches of 50% hopper-medium rows and 50% stand-ins for model rows (other dataset rows
+    with uniform actions and Gaussian-perturbed next states): ours (real rows first, marked by the
+    ``synthetic`` field, as `mbrl_offline.buffer.Mixing` builds them) and Kit's ``{"real", "fake"}``."""
+    rng = np.random.default_rng(seed + 1)
+    real_rows = rows // 2
+    for (real, _), (fake, _) in zip(cql_batches(count, real_rows, seed), cql_batches(count, rows - real_rows, seed + 1)):
+        fake["actions"] = torch.as_tensor(rng.uniform(-1, 1, fake["actions"].shape), dtype=torch.float32)
+        fake["next_observations"] = fake["next_observations"] + 0.1 * torch.as_tensor(
+            rng.standard_normal(fake["next_observations"].shape), dtype=torch.float32)
+        ours = {k: torch.cat([real[k], fake[k]]) for k in real}
+        ours["synthetic"] = torch.arange(rows) >= real_rows
+        as_kit = (lambda b: {**b, "rewards": b["rewards"][:, None], "terminals": b["terminals"][:, None]})
+        yield ours, {"real": as_kit(real), "fake": as_kit(fake)}
+
+
+def combo_side_by_side(checkout, lse_mode: str, rho_s: str = "mix", updates: int = 3, seed: int = 0) -> list[dict]:
+    """Our COMBO (Kit's settings, ``lse_mode``, ``rho_s``) and Kit's ``COMBOPolicy.learn`` from the same
+    weights, on the same real and model halves with the same torch seed before each update: per update,
+    each side's critic loss (TD + conservative, both critics), the push-down term T E[log sum exp(v / T)]
+    (the mean over the critics: the regulariser's scale), the mean Q of both critics on the batch's real
+    rows at their actions after the update, and per module the largest weight difference, the number of
+    weights that differ by more than 1e-5 and the relative difference of the update itself."""
+    from mbrl_offline.algorithms.combo import COMBO, COMBOConfig
+    from mbrl_offline.data.envs import get_env_info
+    env = get_env_info("hopper")
+    low, high = env.action_bounds()
+    torch.manual_seed(seed)
+    agent = COMBO(env.obs_dim, env.act_dim, low, high, COMBOConfig(lse_mode=lse_mode, rho_s=rho_s))
+    kit = kit_combo_policy(checkout, agent)
+    temperature = agent.config.temperature
+    rows = []
+    for t, (ours_batch, kit_batch) in enumerate(combo_batches(updates, seed=seed)):
+        before_ours, before_kit = our_weights(agent), kit_weights(kit)
+        kit_lse, logsumexp = [], torch.logsumexp
+
+        def recorded(values, *args, **kwargs):  # Kit's two log-sum-exps (one per critic), as its learn takes them
+            out = logsumexp(values, *args, **kwargs)
+            kit_lse.append(float(out.detach().mean()) * temperature)
+            return out
+
+        torch.manual_seed(1000 + t)
+        torch.logsumexp = recorded
+        try:
+            kit_out = kit.learn(kit_batch)
+        finally:
+            torch.logsumexp = logsumexp
+        torch.manual_seed(1000 + t)
+        ours_out = agent.update(ours_batch)
+        after_ours, after_kit = our_weights(agent), kit_weights(kit)
+        real = kit_batch["real"]
+        with torch.no_grad():
+            kit_q = torch.cat([kit.critic1(real["observations"], real["actions"]),
+                               kit.critic2(real["observations"], real["actions"])]).mean()
+            our_q = agent.critic(real["observations"], real["actions"]).mean()
+        row = {"update": t + 1, "kit_critic_loss": kit_out["loss/critic1"] + kit_out["loss/critic2"],
+               "our_critic_loss": float(ours_out["critic_loss"] + ours_out["cql_loss"]),
+               "kit_logsumexp": sum(kit_lse) / len(kit_lse), "our_logsumexp": float(ours_out["ood_mean"]),
+               "kit_q_real": float(kit_q), "our_q_real": float(our_q),
+               "kit_actor_loss": kit_out["loss/actor"], "our_actor_loss": float(ours_out["actor_loss"])}
+        for name in ("actor", "critic", "target_critic", "log_alpha"):
+            step_kit, step_ours = after_kit[name] - before_kit[name], after_ours[name] - before_ours[name]
+            row[f"{name}_max_diff"] = float((after_ours[name] - after_kit[name]).abs().max())
+            row[f"{name}_over_1e-5"] = int(((after_ours[name] - after_kit[name]).abs() > 1e-5).sum())
+            if step_kit.norm() > 0:
+                row[f"{name}_step_rel_diff"] = float((step_ours - step_kit).norm() / step_kit.norm())
+        rows.append(row)
+    return rows
+
+
+def combo_update_main(argv) -> None:
+    import argparse
+    parser = argparse.ArgumentParser(description="our COMBO's update against OfflineRL-Kit's COMBOPolicy.learn")
+    parser.add_argument("--combo-update", action="store_true")
+    parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
+    parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--kit-exact-log-det", action="store_true",
+                        help="Kit's tanh log-determinant without its 1e-6, to attribute the remaining differences")
+    args = parser.parse_args(argv)
+    if not (Path(args.offlinerlkit) / "offlinerlkit" / "policy" / "model_based" / "combo.py").is_file():
+        parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; "
+                       "clone it and pass its path.\n")
+    torch.set_num_threads(1)
+    if args.kit_exact_log_det:
+        import_offlinerlkit(Path(args.offlinerlkit))
+        exact_kit_log_det()
+    columns = ("update", "kit_critic_loss", "our_critic_loss", "kit_logsumexp", "our_logsumexp", "kit_q_real",
+               "our_q_real", "actor_max_diff", "critic_max_diff", "target_critic_max_diff", "log_alpha_max_diff",
+               "critic_over_1e-5", "actor_step_rel_diff", "critic_step_rel_diff")
+    print("| rho_s | lse_mode | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
+    for rho_s in ("mix", "model"):
+        for mode in ("per_repeat", "joint"):
+            for row in combo_side_by_side(args.offlinerlkit, mode, rho_s, args.updates):
+                print(f"| {rho_s} | {mode} | " + " | ".join(
+                    f"{row[c]:.6g}" if isinstance(row[c], float) else str(row.get(c, "")) for c in columns) + " |")
+
+
 PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
                    algos=("mopo", "mobile", "cql", "edac"), is_checkout=is_checkout, run=run_offlinerlkit,
                    script=__file__)
@@ -882,6 +1007,8 @@ PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="git
 if __name__ == "__main__":
     if "--cql-update" in sys.argv[1:]:
         cql_update_main(sys.argv[1:])
+    elif "--combo-update" in sys.argv[1:]:
+        combo_update_main(sys.argv[1:])
     elif "--edac-update" in sys.argv[1:]:
         edac_update_main(sys.argv[1:])
     elif "--rambo-update" in sys.argv[1:]:

@@ -33,7 +33,8 @@ import pytest
 import torch
 
 from mbrl_offline import build_run, load_dataset
-from mbrl_offline.algorithms import CQL, EDAC, IQL, MOBILE, MOPO, NEUBAY, RAMBO, RAVL, TD3BC, COPlanner, MOReL, MOReLSAC
+from mbrl_offline.algorithms import (COMBO, CQL, EDAC, IQL, MOBILE, MOPO, NEUBAY, RAMBO, RAVL, TD3BC, COPlanner, MOReL,
+                                     MOReLSAC)
 from mbrl_offline.generators import NoGeneratorConfig
 from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
 from mbrl_offline.trainer import TrainerConfig
@@ -81,6 +82,14 @@ def small(agent_cls, rollout=None, **settings):
 # the shared widths) and gamma 0.95, on pendulum-medium for 40 x 250 updates: seed 0 ended at 95.6
 # (evaluations 3.8, 51.9, 82.1, 73.9, 85.3, 87.4, 96.9, 95.8, 92.9, 98.0) against the data's 39.0;
 # seeds 1 and 2 ended at 91.6 and 74.7 (`python benchmarks/learning_seeds.py --agents cql --seeds 1 2`).
+#
+# COMBO: its published generator at the small scale (`small`: the shared dynamics model, h = 5, 1000
+# rollouts per epoch of 250 updates, 50% real rows) and OfflineRL-Kit's learner settings (w = 5, T = 1,
+# R = 10, the joint log-sum-exp, rho_s = mix, the push-up term on the real rows, the actor's rate
+# cosine-annealed over the 40 epochs) at 2 x 128 and gamma 0.95, on pendulum-medium for 40 x 250 updates,
+# as CQL: seed 0 ended at 87.5 (evaluations -7.7, 34.6, 85.7, 70.2, 85.5, 77.2, 86.6, 96.0, 82.7, 84.0)
+# against the data's 39.0; seed 1 ended at 66.0 (evaluations 7.2, 11.2, 60.2, 80.0, 86.7, 88.6, 70.2, 74.2, 72.0,
+# 51.8).
 def model_free(agent_cls, **settings):
     config = dataclasses.replace(agent_cls.config_class(), hidden_size=128, gamma=0.95, **settings)
     return config, NoGeneratorConfig()
@@ -156,18 +165,19 @@ def morel_small():
 CASES = {
     "iql-pgd": (IQL, lambda: pgd(IQL), "pendulum-medium-replay", 80),
     "neubay": (NEUBAY, neubay_small, "pendulum-random", 24),
+    "combo": (COMBO, lambda: small(COMBO), "pendulum-medium", 40),
+    "rambo": (RAMBO, rambo_small, "pendulum-medium", 60),
     "ravl": (RAVL, lambda: small(RAVL), "pendulum-medium", 60),
     "edac": (EDAC, lambda: model_free(EDAC), "pendulum-medium-replay", 80),
+    "morel": (MOReL, morel_small, "pendulum-medium", 24, 2),
     "mopo": (MOPO, lambda: small(MOPO), "pendulum-medium", 60),
     "mobile": (MOBILE, lambda: small(MOBILE, rollout={"horizon": 5}, target_floor=None), "pendulum-medium", 60),
     "coplanner": (COPlanner, lambda: small(COPlanner, alpha_lr=3e-4), "pendulum-medium", 60),
-    "rambo": (RAMBO, rambo_small, "pendulum-medium", 60),
+    "morel_sac": (MOReLSAC, lambda: small(MOReLSAC, rollout={"pessimism_coef": 1.0, "halt_reward": -500.0}),
+                  "pendulum-medium", 60),
     "cql": (CQL, lambda: model_free(CQL, hidden_layers=2), "pendulum-medium", 40),
     "td3bc": (TD3BC, lambda: model_free(TD3BC, alpha=10.0), "pendulum-medium", 80),
     "iql": (IQL, lambda: model_free(IQL), "pendulum-medium-replay", 80),
-    "morel": (MOReL, morel_small, "pendulum-medium", 24, 2),
-    "morel_sac": (MOReLSAC, lambda: small(MOReLSAC, rollout={"pessimism_coef": 1.0, "halt_reward": -500.0}),
-                  "pendulum-medium", 60),
 }
 
 
