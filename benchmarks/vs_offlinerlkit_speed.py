@@ -16,6 +16,16 @@ then 5 readings of ``--updates`` updates, the median reported. Only the update i
 * ``edac``: Kit's ``EDACPolicy`` as ``run_edac.py`` builds it (N = 10, eta = 1, 3x256); ours `EDAC`
   with ``EDACConfig.offlinerlkit(num_critics=10)`` (Kit's settings) and Adam's fused kernel, our
   default (the same maths, rounded differently).
+* ``combo``: Kit's ``COMBOPolicy`` as ``run_combo.py`` builds it (its CQL's networks, w = 5, R = 10);
+  ours `COMBO` with its defaults; batches of 128 real rows and 128 stand-ins for model rows
+  (`vs_offlinerlkit.combo_batches`).
+* ``rambo``: the agent's update, Kit's ``RAMBOPolicy.learn`` (its SAC, 2x256) against our `RAMBO`'s, on
+  the same half-real batches.
+* ``rambo-adversarial``: RAMBO's adversarial model training, in adversarial steps per second (rollout
+  states of 256 rows, the MLE term on 256 real rows, 7 members of 4x200): Kit's
+  ``RAMBOPolicy.update_dynamics`` (its loop: actor samples, ``dynamics_step_and_forward``) with
+  ``_adv_train_steps`` set to ``--updates``, against our ``AdversarialTrainer.run`` with as many
+  steps, both on standardised hopper-medium rows, from a fresh ensemble of RAMBO's recipe.
 
 With ``MBRL_OFFLINE_MKL_AVX512=1`` both sides' processes let MKL run its AVX-512 code on an AMD CPU,
 so the comparison stays like for like (both sides are PyTorch).
@@ -40,7 +50,8 @@ mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 mus
 import torch  # noqa: E402
 
 import throughput  # noqa: E402
-from vs_offlinerlkit import import_offlinerlkit, is_checkout, kit_cql_policy, kit_edac_policy  # noqa: E402
+from vs_offlinerlkit import (combo_batches, import_offlinerlkit, is_checkout, kit_combo_policy,  # noqa: E402
+                             kit_cql_policy, kit_edac_policy, kit_rambo_policy)
 
 BATCHES, ROWS = 20, 256
 
@@ -64,13 +75,18 @@ def as_kit(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def our_agent(name: str):
-    from mbrl_offline.algorithms import CQL, EDAC
+    from mbrl_offline.algorithms import COMBO, CQL, EDAC, RAMBO
     from mbrl_offline.algorithms.cql import CQLConfig
     from mbrl_offline.algorithms.edac import EDACConfig
+    from mbrl_offline.algorithms.rambo import RAMBOConfig
     if name == "cql":
         return CQL(11, 3, [-1.0] * 3, [1.0] * 3, CQLConfig())
     if name == "edac":
         return EDAC(11, 3, [-1.0] * 3, [1.0] * 3, EDACConfig.offlinerlkit(num_critics=10, fused_adam=True))
+    if name == "combo":
+        return COMBO(11, 3, [-1.0] * 3, [1.0] * 3)
+    if name.startswith("rambo"):
+        return RAMBO(11, 3, [-1.0] * 3, [1.0] * 3, RAMBOConfig(bc_epochs=0))
     raise ValueError(name)
 
 
@@ -80,18 +96,83 @@ def kit_policy(name: str, checkout: Path):
         return kit_cql_policy(checkout, our_agent("cql"))
     if name == "edac":
         return kit_edac_policy(11, 3, 1.0, num_critics=10, eta=1.0)
+    if name == "combo":
+        return kit_combo_policy(checkout, our_agent("combo"))
     raise ValueError(name)
 
 
-AGENTS = ("cql", "edac")
+AGENTS = ("cql", "edac", "combo", "rambo", "rambo-adversarial")
+
+
+def rambo_parts(checkout: Path):
+    """Our RAMBO agent (its states standardised by hopper-medium's statistics), a fresh ensemble of
+    RAMBO's recipe marked fitted, Kit's ``RAMBOPolicy`` holding the same weights, and the standardised
+    rows."""
+    from mbrl_offline import load_dataset
+    from mbrl_offline.algorithms import RAMBO
+    from mbrl_offline.generators.rollouts import StandardisedDynamics
+    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
+    data = load_dataset("hopper-medium")
+    agent = our_agent("rambo")
+    agent.normalise.fit(data.observations, agent.config.state_std_eps)
+    mean, std = agent.normalise.mean.numpy(), agent.normalise.std.numpy()
+    model = GaussianEnsembleDynamics(11, 3, RAMBO.published_generator().dynamics)
+    inputs = np.concatenate([(data.observations - mean) / std, data.actions], axis=1)
+    with torch.no_grad():
+        model.input_mean.copy_(torch.as_tensor(inputs.mean(0)))
+        model.input_std.copy_(torch.as_tensor(inputs.std(0)))
+    model.mark_fitted()
+    rows = {k: torch.as_tensor(getattr(data, k)).float() for k in
+            ("observations", "actions", "next_observations", "rewards", "terminals")}
+    standard = {**rows, "observations": (rows["observations"] - torch.as_tensor(mean)) / torch.as_tensor(std),
+                "next_observations": (rows["next_observations"] - torch.as_tensor(mean)) / torch.as_tensor(std)}
+    kit = kit_rambo_policy(checkout, agent, model, mean, std, 3e-4) if checkout is not None else None
+    return agent, StandardisedDynamics(model, torch.as_tensor(mean), torch.as_tensor(std)), kit, rows, standard
+
+
+def adversarial_rates(side: str, checkout: Path, steps: int) -> list[float]:
+    """Adversarial steps per second: 5 phases of ``steps`` steps after one of 20."""
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.generators.rollouts import AdversarialConfig, AdversarialTrainer
+    agent, wrapped, kit, rows, standard = rambo_parts(checkout if side == "offlinerlkit" else None)
+    if side == "offlinerlkit":
+        from offlinerlkit.buffer import ReplayBuffer
+        buffer = ReplayBuffer(buffer_size=len(standard["observations"]), obs_shape=(11,), obs_dtype=np.float32,
+                              action_dim=3, action_dtype=np.float32, device="cpu")
+        buffer.load_dataset({k: v.numpy() for k, v in standard.items()})
+
+        def phase(n: int) -> float:
+            kit._adv_train_steps = n
+            start = time.perf_counter()
+            kit.update_dynamics(buffer)
+            return n / (time.perf_counter() - start)
+    else:
+        trainer = AdversarialTrainer(wrapped, get_env_info("hopper").termination_fn, AdversarialConfig(every=1000),
+                                     horizon=5)
+        generator = torch.Generator().manual_seed(0)
+
+        def phase(n: int) -> float:
+            trainer.config = AdversarialConfig(every=1000, steps=n)
+            start = time.perf_counter()
+            trainer.run(agent.policy, agent, rows, generator)
+            return n / (time.perf_counter() - start)
+    phase(20)
+    return [phase(steps) for _ in range(5)]
 
 
 def rates(side: str, name: str, checkout: Path, updates: int) -> list[float]:
-    """Updates per second: 5 readings of ``updates`` updates after 20 warm-up updates."""
-    data = batches()
+    """Updates per second: 5 readings of ``updates`` updates after 20 warm-up updates (adversarial steps
+    per second for ``rambo-adversarial``)."""
+    if name == "rambo-adversarial":
+        return adversarial_rates(side, checkout, updates)
+    if name in ("combo", "rambo"):  # half real rows, half stand-ins for model rows
+        pairs = list(combo_batches(BATCHES))
+        data = [kit for _, kit in pairs] if side == "offlinerlkit" else [ours for ours, _ in pairs]
+    else:
+        data = batches()
+        data = [as_kit(b) for b in data] if side == "offlinerlkit" else data
     if side == "offlinerlkit":
-        policy, data = kit_policy(name, checkout), [as_kit(b) for b in data]
-        step = policy.learn
+        step = (rambo_parts(checkout)[2] if name == "rambo" else kit_policy(name, checkout)).learn
     else:
         step = our_agent(name).update
 

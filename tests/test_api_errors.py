@@ -351,3 +351,17 @@ def test_an_unfitted_diffusion_model_refuses_to_sample_and_a_fitted_or_loaded_on
     del saved["state_dict"]["fitted"]  # a model saved before the flag existed: only fitted ones were
     torch.save(saved, tmp_path / "old.pt")
     assert DiffusionModel.load(tmp_path / "old.pt").sample(4).shape == (4, 3)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_an_agents_constructor_takes_its_own_config_class_or_none(name):
+    """``cls(obs_dim, act_dim, low, high)`` builds the agent with its own config class's defaults (not a
+    parent class's: COMBO's constructor once defaulted to CQL's config and failed at the first update),
+    and a config of another class, or a dict, is refused in one line that names the class to build."""
+    cls, config_cls = ALGORITHMS[name]
+    low, high = ENV.action_bounds()
+    agent = cls(ENV.obs_dim, ENV.act_dim, low, high)
+    assert type(agent.config) is config_cls
+    with pytest.raises(InputTypeError) as error:
+        cls(ENV.obs_dim, ENV.act_dim, low, high, {"batch_size": 8})
+    assert one_line(error.value).startswith(f"{cls.__name__}'s config must be a {config_cls.__name__}, got dict")

@@ -50,7 +50,7 @@ def test_train_then_evaluate(tmp_path, device):
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
     ("generator.rollout.horizon=[1", "error: cannot parse the override: no viable alternative at input '[1'"),
     ("budget=slow", "error: unknown budget 'slow'. Known: paper, quick."),
-    ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac, edac-official, offlinerlkit."),
+    ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac, edac-official, offlinerlkit, corl-cql."),
     ("algo=edac algo.eta=-1", "error: algo.eta must be at least 0, got -1.0."),
     ("algo=edac algo.update_order=rlkit", "error: algo.update_order must be one of corl, official, offlinerlkit, got 'rlkit'."),
     ("algo=edac algo.alpha_max=0", "error: algo.alpha_max must be above 0, got 0.0."),

@@ -55,11 +55,13 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (TrainerConfig, "run_dir", ""), (TrainerConfig, "divergence_q", 0.0), (TrainerConfig, "divergence_q", NAN),
     (RolloutConfig, "horizon", 0), (RolloutConfig, "rollouts_per_epoch", 0), (RolloutConfig, "retain_epochs", 0),
     (RolloutConfig, "member", "episode"), (RolloutConfig, "penalty", "mopo"), (RolloutConfig, "penalty_coef", -0.5),
-    (RolloutConfig, "planner", "cem"),
+    (RolloutConfig, "planner", "cem"), (RolloutConfig, "halt", "threshold"), (RolloutConfig, "pessimism_coef", 0.0),
+    (RolloutConfig, "halt_reward", NAN), (RolloutConfig, "halt_min_steps", 0), (RolloutConfig, "start", "reset"),
+    (RolloutConfig, "min_length", 0), (RolloutConfig, "clamp", -1.0),
     (UPMPCConfig, "candidates", 0), (UPMPCConfig, "horizon", 0), (UPMPCConfig, "uncertainty_weight", -2.0),
     (UPMPCConfig, "reward_discount", 1.5), (UPMPCConfig, "uncertainty_discount", -0.1),
     (RolloutGeneratorConfig, "kind", "rolouts"), (RolloutGeneratorConfig, "every", -1),
-    (RolloutGeneratorConfig, "utd", -0.5),
+    (RolloutGeneratorConfig, "utd", -0.5), (RolloutGeneratorConfig, "observation_std_eps", -1e-3),
     (DynamicsConfig, "ensemble_size", 0), (DynamicsConfig, "num_elites", 0), (DynamicsConfig, "num_elites", 8),
     (DynamicsConfig, "hidden_size", 0), (DynamicsConfig, "hidden_layers", 0), (DynamicsConfig, "activation", "tanh"),
     (DynamicsConfig, "learning_rate", 0.0), (DynamicsConfig, "weight_decay", (-1e-5, 0.0, 0.0, 0.0, 0.0)),
@@ -106,7 +108,8 @@ ANY_VALUE = {(SweepConfig, "storage"), (SweepConfig, "study_name"), (SweepConfig
              (SamplerConfig, "name"), (PrunerConfig, "name"),  # checked by SweepConfig (rows above)
              (CollectConfig, "minari_root"), (CollectConfig, "sac"),
              (RolloutConfig, "upmpc"), (RolloutGeneratorConfig, "rollout"), (RolloutGeneratorConfig, "dynamics"),
-             (RolloutGeneratorConfig, "mixing"), (PosteriorGeneratorConfig, "posterior"),
+             (RolloutGeneratorConfig, "mixing"), (RolloutGeneratorConfig, "adversarial"),  # its own rows in test_rambo
+             (PosteriorGeneratorConfig, "posterior"),
              (PosteriorGeneratorConfig, "dynamics"), (PosteriorGeneratorConfig, "mixing")}
 
 

@@ -95,7 +95,7 @@ from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, new_agent_for
 from mbrl_offline.algorithms.sac import load_soft_actor_critic_state, soft_actor_critic_state
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.config import (check_field_types, require_above_zero, require_in_range,
+from mbrl_offline.config import (check_field_types, config_argument, require_above_zero, require_in_range,
                                  require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import INITS, CriticEnsemble, TanhGaussianActor
@@ -238,7 +238,8 @@ class CQL(FeedForwardAgent):
     published_generator = staticmethod(model_free.published_generator)
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
-                 config: CQLConfig = CQLConfig(), device: str | torch.device = "cpu"):
+                 config: Optional[CQLConfig] = None, device: str | torch.device = "cpu"):
+        config = config_argument(config, type(self).config_class, f"{type(self).__name__}'s config")
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         # the identity until for_dataset (or a loaded state) sets the dataset's statistics

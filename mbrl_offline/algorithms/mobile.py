@@ -36,7 +36,7 @@ import torch
 
 from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig, mbpo_rollouts
 from mbrl_offline.algorithms.sac import SAC
-from mbrl_offline.config import require_in_range, require_nonnegative, require_positive
+from mbrl_offline.config import config_argument, require_in_range, require_nonnegative, require_positive
 from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
 from mbrl_offline.models.uncertainty import bellman_target_spread
@@ -79,7 +79,8 @@ class MOBILE(SAC):
     needs_dynamics = True
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
-                 config: MOBILEConfig = MOBILEConfig(), device: str | torch.device = "cpu", dynamics=None):
+                 config: Optional[MOBILEConfig] = None, device: str | torch.device = "cpu", dynamics=None):
+        config = config_argument(config, type(self).config_class, f"{type(self).__name__}'s config")
         super().__init__(obs_dim, act_dim, action_low, action_high, config, device)
         self.dynamics = dynamics.to(self.device) if dynamics is not None else None
 

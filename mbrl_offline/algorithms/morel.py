@@ -79,8 +79,8 @@ from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig
 from mbrl_offline.algorithms.model_free import action_box
 from mbrl_offline.algorithms.sac import SAC
 from mbrl_offline.buffer import MixingConfig
-from mbrl_offline.config import (check_field_types, require_above_zero, require_in_range, require_nonnegative,
-                                 require_positive)
+from mbrl_offline.config import (check_field_types, config_argument, require_above_zero, require_in_range,
+                                 require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
@@ -286,8 +286,9 @@ class MOReL(FeedForwardAgent):
     divergence_metric = None  # no value estimate to watch
     on_policy = True  # each update takes a fresh generation of paths whole (`mbrl_offline.roles.AgentClass`)
 
-    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config: MOReLConfig = MOReLConfig(),
+    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config: Optional[MOReLConfig] = None,
                  device: str | torch.device = "cpu"):
+        config = config_argument(config, type(self).config_class, f"{type(self).__name__}'s config")
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.action_low, self.action_high, _, _ = action_box(action_low, action_high, self.device)

@@ -64,8 +64,8 @@ from torch.nn import functional as F
 
 from mbrl_offline.algorithms.sac import load_soft_actor_critic_state, soft_actor_critic_state
 from mbrl_offline.buffer import tape_weights
-from mbrl_offline.config import (check_field_types, require_above_zero, require_fraction, require_in_range,
-                                 require_nonnegative, require_positive)
+from mbrl_offline.config import (check_field_types, config_argument, require_above_zero, require_fraction,
+                                 require_in_range, require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.networks import tanh_gaussian_draw, tanh_gaussian_log_prob, tanh_gaussian_log_prob_of
 from mbrl_offline.models.recurrent import ENCODERS, Block, EnsembleHeads, RecurrentEncoder
@@ -270,8 +270,9 @@ class NEUBAY:
     consumes = "sequences"  # learns from tapes of whole episodes
     divergence_metric = "q_mean"  # the update metric the trainer's divergence guard watches
 
-    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config: NEUBAYConfig = NEUBAYConfig(),
+    def __init__(self, obs_dim: int, act_dim: int, action_low, action_high, config: Optional[NEUBAYConfig] = None,
                  device: str | torch.device = "cpu"):
+        config = config_argument(config, type(self).config_class, f"{type(self).__name__}'s config")
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.input_dim = obs_dim + act_dim + 1

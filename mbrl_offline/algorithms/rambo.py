@@ -78,7 +78,7 @@ from mbrl_offline.algorithms.model_based import OfflineRLKitSACConfig
 from mbrl_offline.algorithms.model_free import ObservationNormaliser
 from mbrl_offline.algorithms.sac import SAC, load_soft_actor_critic_state, soft_actor_critic_state
 from mbrl_offline.buffer import MixingConfig
-from mbrl_offline.config import require_above_zero, require_nonnegative, require_positive
+from mbrl_offline.config import config_argument, require_above_zero, require_nonnegative, require_positive
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.rollouts import AdversarialConfig, RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.models.dynamics import dynamics_recipe
@@ -132,7 +132,8 @@ class RAMBO(SAC):
     config_class = RAMBOConfig
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
-                 config: RAMBOConfig = RAMBOConfig(), device: str | torch.device = "cpu"):
+                 config: Optional[RAMBOConfig] = None, device: str | torch.device = "cpu"):
+        config = config_argument(config, type(self).config_class, f"{type(self).__name__}'s config")
         super().__init__(obs_dim, act_dim, action_low, action_high, config, device)
         self.normalise = ObservationNormaliser(obs_dim, self.device)  # the identity until for_dataset
 

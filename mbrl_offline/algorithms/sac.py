@@ -51,8 +51,8 @@ import torch
 
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.config import (check_field_types, require_above_zero,
-                                 require_in_range, require_nonnegative, require_positive)
+from mbrl_offline.config import (check_field_types, config_argument, require_above_zero, require_in_range,
+                                 require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
 from mbrl_offline.policies import FeedForwardAgent
@@ -183,7 +183,8 @@ class SAC(FeedForwardAgent):
     warmup_updates = 3  # eager updates on a side stream before the graph is recorded
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
-                 config: SACConfig = SACConfig(), device: str | torch.device = "cpu"):
+                 config: Optional[SACConfig] = None, device: str | torch.device = "cpu"):
+        config = config_argument(config, type(self).config_class, f"{type(self).__name__}'s config")
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.actor = TanhGaussianActor(obs_dim, act_dim, action_low, action_high, config.hidden_size,

@@ -45,8 +45,8 @@ import torch.nn.functional as F
 from mbrl_offline.algorithms import model_free
 from mbrl_offline.algorithms.model_free import ObservationNormaliser, action_box, new_agent_for
 from mbrl_offline.algorithms.weights import batch_mean, row_weights
-from mbrl_offline.config import (check_field_types, require_above_zero,
-                                 require_in_range, require_nonnegative, require_positive)
+from mbrl_offline.config import (check_field_types, config_argument, require_above_zero, require_in_range,
+                                 require_nonnegative, require_positive)
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.policies import FeedForwardAgent
 from mbrl_offline.utils import soft_update
@@ -98,7 +98,8 @@ class TD3BC(FeedForwardAgent):
     published_generator = staticmethod(model_free.published_generator)
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
-                 config: TD3BCConfig = TD3BCConfig(), device: str | torch.device = "cpu"):
+                 config: Optional[TD3BCConfig] = None, device: str | torch.device = "cpu"):
+        config = config_argument(config, type(self).config_class, f"{type(self).__name__}'s config")
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.action_low, self.action_high, self.action_centre, self.action_scale = action_box(
