@@ -3,6 +3,7 @@ branch v2), on the same paths from the same weights.
 
     git clone -b v2 https://github.com/aravindr93/mjrl /path/to/mjrl        # measured at 15bf3c0
     python benchmarks/vs_mjrl.py --mjrl /path/to/mjrl
+    python benchmarks/vs_mjrl.py --mjrl /path/to/mjrl --speed [--threads 2]    # NPG updates per second, both sides
 
 The official planner's update (``ModelBasedNPG.train_step`` after its rollouts) is plain numpy and
 PyTorch: ``process_samples.compute_returns`` and ``compute_advantages`` (GAE against ``MLPBaseline``),
@@ -81,9 +82,10 @@ def differences(ours: torch.Tensor, theirs) -> tuple[float, float]:
     return gap, gap / max(theirs.abs().max().item(), 1e-30)
 
 
-def compare(checkout: Path, iterations: int = 3, paths_per_update: int = 40, horizon: int = 300, seed: int = 0) -> list[dict]:
-    """Per update: ``{quantity: (max abs difference, relative to the largest value)}``."""
-    from mbrl_offline.algorithms.morel import MOReL, MOReLConfig, path_grid
+def both_sides(checkout: Path):
+    """mjrl's policy (``MLP``, 2 x 64 tanh), ``MLPBaseline`` (2 x 128) and ``NPG`` at MOReL's settings,
+    ``process_samples``, our `MOReL` agent (fresh weights) and its config."""
+    from mbrl_offline.algorithms.morel import MOReL, MOReLConfig
 
     NPG, MLPBaseline, MLP, process_samples = import_mjrl(checkout)
     obs_dim, act_dim, config = 11, 3, MOReLConfig()
@@ -93,6 +95,15 @@ def compare(checkout: Path, iterations: int = 3, paths_per_update: int = 40, hor
     npg = NPG(None, policy, baseline, normalized_step_size=config.step_size,
               FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping}, save_logs=False)
     agent = MOReL(obs_dim, act_dim, -np.ones(act_dim), np.ones(act_dim), config)
+    return policy, baseline, npg, process_samples, agent, config
+
+
+def compare(checkout: Path, iterations: int = 3, paths_per_update: int = 40, horizon: int = 300, seed: int = 0) -> list[dict]:
+    """Per update: ``{quantity: (max abs difference, relative to the largest value)}``."""
+    from mbrl_offline.algorithms.morel import path_grid
+
+    policy, baseline, npg, process_samples, agent, config = both_sides(checkout)
+    obs_dim, act_dim = 11, 3
     agent.pi.set_flat(policy.get_param_values(), config.min_log_std, config.max_log_std)  # mjrl's order: log-std first
     layer = {"fc_0": "0", "fc_1": "2", "fc_2": "4"}  # mjrl's Sequential names its layers; ours counts them
     agent.baseline.load_state_dict({layer[k.split(".")[0]] + "." + k.split(".")[1]: v
@@ -148,6 +159,35 @@ def compare(checkout: Path, iterations: int = 3, paths_per_update: int = 40, hor
     return results
 
 
+def speed(checkout: Path, paths_per_update: int = 200, horizon: int = 700, repeats: int = 3, seed: int = 0) -> dict:
+    """NPG updates per second on each side, on the same paths (``paths_per_update`` of hopper's sizes, up to
+    ``horizon`` steps: the official 4 models x 50 starts of up to 700 steps): ours, `MOReL.update` on the
+    labelled rows (the update a generation feeds); the official, ``ModelBasedNPG.train_step``'s work after
+    its rollouts (``compute_returns``, ``compute_advantages``, ``NPG.train_from_paths``,
+    ``MLPBaseline.fit``). The sides alternate, ``repeats`` times each; the median rates."""
+    import statistics
+    import time
+
+    policy, baseline, npg, process_samples, agent, config = both_sides(checkout)
+    obs_dim, act_dim = 11, 3
+    rng = np.random.default_rng(seed)
+    ours, theirs, samples = [], [], []
+    for _ in range(repeats):
+        paths = random_paths(rng, paths_per_update, horizon, obs_dim, act_dim)
+        rows = as_rows(paths, rng.permutation(sum(len(p["rewards"]) for p in paths)))
+        samples.append(len(rows["rewards"]))
+        start = time.perf_counter()
+        agent.update(rows)
+        ours.append(1.0 / (time.perf_counter() - start))
+        start = time.perf_counter()
+        process_samples.compute_returns(paths, config.gamma)
+        process_samples.compute_advantages(paths, baseline, config.gamma, config.gae_lambda)
+        npg.train_from_paths(paths)
+        baseline.fit(paths)
+        theirs.append(1.0 / (time.perf_counter() - start))
+    return {"ours": statistics.median(ours), "official": statistics.median(theirs), "samples": samples}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mjrl", required=True, type=Path, help="a checkout of aravindr93/mjrl, branch v2")
@@ -155,7 +195,19 @@ def main(argv=None) -> int:
     parser.add_argument("--paths", type=int, default=40, help="paths per update")
     parser.add_argument("--horizon", type=int, default=300, help="the longest path")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--speed", action="store_true",
+                        help="instead: NPG updates per second on both sides, on 200 paths of up to 700 steps")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (with --speed)")
     args = parser.parse_args(argv)
+    if args.speed:
+        import throughput
+        torch.set_num_threads(args.threads)
+        rates = speed(args.mjrl)
+        print(f"cpu: {throughput.cpu_name()}; {args.threads} threads; torch {torch.__version__}; "
+              f"{rates['samples']} samples per update")
+        print(f"NPG updates/s: official {rates['official']:.3f}, ours {rates['ours']:.3f}, "
+              f"ours / official {rates['ours'] / rates['official']:.2f}x")
+        return 0
     torch.set_num_threads(1)
     results = compare(args.mjrl, args.iterations, args.paths, args.horizon, args.seed)
     print("| update | quantity | max abs difference | relative |")

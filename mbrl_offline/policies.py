@@ -129,6 +129,26 @@ def checked_observations(obs, obs_dim: int, device, where: str = "act") -> torch
     return tensor
 
 
+class CriticValue:
+    """The value role (`mbrl_offline.roles.ValueFunction`) of an agent with critics: ``q_value`` is the
+    minimum over ``critic(states, actions)`` ``(N, B)``, the states through the agent's ``normalise`` and
+    the estimate divided by its ``reward_scale`` where it has them (so in the env's reward units), and
+    ``discount`` its ``config.gamma``. The agent writes ``mode``, its deterministic action."""
+
+    provides_value = True
+
+    @property
+    def discount(self) -> float:
+        return self.config.gamma
+
+    @torch.no_grad()
+    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+        """min over the critics of Q(s, a) ``(B,)``, in the env's reward units."""
+        normalise = getattr(self, "normalise", None)
+        states = normalise(observations) if normalise is not None else observations
+        return self.critic(states, actions).min(dim=0).values / getattr(self, "reward_scale", 1.0)
+
+
 class FunctionPolicy:
     """A feed-forward `Policy` from a function of observations to actions (a scripted or external
     policy, or a test's). It has no density: ``log_prob`` raises, so guided generation refuses it.

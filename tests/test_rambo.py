@@ -285,6 +285,10 @@ def test_every_transition_agent_is_its_own_value_function():
         np.testing.assert_allclose(actions.numpy(), agent.act(obs.numpy(), deterministic=True), rtol=1e-5, atol=1e-6)
         q = agent.q_value(obs, actions)
         assert q.shape == (5,) and not q.requires_grad and agent.discount == config.gamma, name
+        with torch.no_grad():  # raw states go through the agent's own normalisation once (RAMBO's is fitted)
+            states = agent.normalise(obs) if hasattr(agent, "normalise") else obs
+            expected = agent.critic(states, actions).min(dim=0).values / getattr(agent, "reward_scale", 1.0)
+        torch.testing.assert_close(q, expected)
 
 
 def test_rambos_generator_under_iql_builds_by_configuration_and_trains_the_model(tmp_path):

@@ -99,7 +99,7 @@ from mbrl_offline.config import (check_field_types, config_argument, require_abo
                                  require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import INITS, CriticEnsemble, TanhGaussianActor
-from mbrl_offline.policies import FeedForwardAgent
+from mbrl_offline.policies import CriticValue, FeedForwardAgent
 from mbrl_offline.registry import register_agent
 from mbrl_offline.utils import soft_update
 
@@ -222,7 +222,7 @@ class CQLConfig:
 
 
 @register_agent
-class CQL(FeedForwardAgent):
+class CQL(CriticValue, FeedForwardAgent):
     """A CQL agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
     Model-free: published without a generator (every batch real), and takes any transition
@@ -298,22 +298,11 @@ class CQL(FeedForwardAgent):
         """log pi(a|s) of env-unit actions ``(B,)``, differentiable in them (states normalised here)."""
         return self.actor.log_prob_of(self.normalise(observations), actions)
 
-    # ------------------------------------------------------------------ the value role (`roles.ValueFunction`)
-    provides_value = True
-
-    @property
-    def discount(self) -> float:
-        return self.config.gamma
-
+    # ------------------------------------------------------------------ the value role (`policies.CriticValue`)
     @torch.no_grad()
     def mode(self, observations: torch.Tensor) -> torch.Tensor:
         """The deterministic action (the tanh of the Gaussian's mean), states normalised here."""
         return self.actor(self.normalise(observations), deterministic=True, with_log_prob=False)[0]
-
-    @torch.no_grad()
-    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """min of the two critics ``(B,)``, divided by the reward scale (the env's reward units)."""
-        return self.critic(self.normalise(observations), actions).min(dim=0).values / self.reward_scale
 
     # ------------------------------------------------------------------ learning
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

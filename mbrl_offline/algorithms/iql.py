@@ -55,7 +55,7 @@ from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import (check_field_types, config_argument, require_above_zero, require_in_range,
                                  require_nonnegative, require_positive)
 from mbrl_offline.models.networks import CriticEnsemble, mlp
-from mbrl_offline.policies import FeedForwardAgent
+from mbrl_offline.policies import CriticValue, FeedForwardAgent
 from mbrl_offline.utils import anneal_cosine, soft_update
 from mbrl_offline.registry import register_agent
 
@@ -103,7 +103,7 @@ def expectile_loss(diff: torch.Tensor, expectile: float, weights: Optional[torch
 
 
 @register_agent
-class IQL(FeedForwardAgent):
+class IQL(CriticValue, FeedForwardAgent):
     """An IQL agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
     Model-free: published without a generator (every batch real), and takes any transition
@@ -186,22 +186,11 @@ class IQL(FeedForwardAgent):
         dist = torch.distributions.Normal(mean, self.log_std.clamp(LOG_STD_MIN, LOG_STD_MAX).exp())
         return dist.log_prob(scaled).sum(-1)
 
-    # ------------------------------------------------------------------ the value role (`roles.ValueFunction`)
-    provides_value = True
-
-    @property
-    def discount(self) -> float:
-        return self.config.gamma
-
+    # ------------------------------------------------------------------ the value role (`policies.CriticValue`)
     @torch.no_grad()
     def mode(self, observations: torch.Tensor) -> torch.Tensor:
         """The policy's mean, in the env's units (as ``act`` with ``deterministic``)."""
         return self._actions(observations, True)
-
-    @torch.no_grad()
-    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """min of the two Q critics ``(B,)``, divided by the reward scale (the env's reward units)."""
-        return self.critic(self.normalise(observations), actions).min(dim=0).values / self.reward_scale
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One step on each of V, the critics and the actor, in CORL's order; returns detached scalar

@@ -211,10 +211,6 @@ class RAMBO(SAC):
     def mode(self, observations: torch.Tensor) -> torch.Tensor:
         return super().mode(self.normalise(observations))
 
-    @torch.no_grad()
-    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        return super().q_value(self.normalise(observations), actions)
-
     # ------------------------------------------------------------------ learning
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """SAC's update on the batch with its observations standardised."""

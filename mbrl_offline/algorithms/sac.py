@@ -55,7 +55,7 @@ from mbrl_offline.config import (check_field_types, config_argument, require_abo
                                  require_nonnegative, require_positive)
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
-from mbrl_offline.policies import FeedForwardAgent
+from mbrl_offline.policies import CriticValue, FeedForwardAgent
 from mbrl_offline.utils import CUDAGraphed, anneal_cosine, soft_update
 
 
@@ -157,7 +157,7 @@ class SACConfig:
         require_above_zero(self, "alpha_max")
 
 
-class SAC(FeedForwardAgent):
+class SAC(CriticValue, FeedForwardAgent):
     """A SAC-N agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()``.
 
     The agent knows nothing of where its batches come from: the trainer draws them from the dataset
@@ -231,22 +231,11 @@ class SAC(FeedForwardAgent):
         """log pi(a|s) of given env-unit actions under the tanh-Gaussian actor, differentiable in them."""
         return self.actor.log_prob_of(observations, actions)
 
-    # ------------------------------------------------------------------ the value role (`roles.ValueFunction`)
-    provides_value = True
-
-    @property
-    def discount(self) -> float:
-        return self.config.gamma
-
+    # ------------------------------------------------------------------ the value role (`policies.CriticValue`)
     @torch.no_grad()
     def mode(self, observations: torch.Tensor) -> torch.Tensor:
         """The deterministic action: the tanh of the Gaussian's mean, in the env's units."""
         return self.actor(observations, deterministic=True, with_log_prob=False)[0]
-
-    @torch.no_grad()
-    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """min over the N critics of Q(s, a) ``(B,)``."""
-        return self.critic(observations, actions).min(dim=0).values
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One gradient step on each of alpha, actor and critics; returns detached scalar tensors

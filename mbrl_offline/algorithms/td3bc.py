@@ -48,7 +48,7 @@ from mbrl_offline.algorithms.weights import batch_mean, row_weights
 from mbrl_offline.config import (check_field_types, config_argument, require_above_zero, require_in_range,
                                  require_nonnegative, require_positive)
 from mbrl_offline.models.networks import CriticEnsemble, mlp
-from mbrl_offline.policies import FeedForwardAgent
+from mbrl_offline.policies import CriticValue, FeedForwardAgent
 from mbrl_offline.utils import soft_update
 from mbrl_offline.registry import register_agent
 
@@ -84,7 +84,7 @@ class TD3BCConfig:
 
 
 @register_agent
-class TD3BC(FeedForwardAgent):
+class TD3BC(CriticValue, FeedForwardAgent):
     """A TD3+BC agent: ``act(obs)``, ``update(batch) -> metrics``, ``state_dict()`` (module docstring).
 
     Model-free: published without a generator (every batch real), and takes any transition
@@ -148,22 +148,11 @@ class TD3BC(FeedForwardAgent):
         diff = actions - self.pi(self.normalise(observations))
         return -0.5 * (diff.pow(2) + math.log(2 * math.pi)).sum(-1)
 
-    # ------------------------------------------------------------------ the value role (`roles.ValueFunction`)
-    provides_value = True
-
-    @property
-    def discount(self) -> float:
-        return self.config.gamma
-
+    # ------------------------------------------------------------------ the value role (`policies.CriticValue`)
     @torch.no_grad()
     def mode(self, observations: torch.Tensor) -> torch.Tensor:
         """pi(s), the deterministic actor, in the env's units."""
         return self.pi(self.normalise(observations))
-
-    @torch.no_grad()
-    def q_value(self, observations: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """min of the two critics ``(B,)``."""
-        return self.critic(self.normalise(observations), actions).min(dim=0).values
 
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """One critic step, and on every ``policy_freq``-th call an actor step and the target updates;
