@@ -508,14 +508,12 @@ def is_checkout(path: Path) -> bool:
 
 
 # ---------------------------------------------------------------------------------- CQL, one update
-def kit_cql_policy(checkout, agent, with_lagrange: bool = False):
-    """OfflineRL-Kit's ``CQLPolicy`` built as ``run_cql.py`` builds it, for ``agent``'s sizes and
-    settings, holding ``agent``'s weights (Kit's actor's two heads are our actor's one output layer)."""
-    import types
-    import_offlinerlkit(Path(checkout))
+def kit_actor_and_critics(agent):
+    """OfflineRL-Kit's ``ActorProb`` (``MLP`` backbone, ``TanhDiagGaussian``) and two ``Critic``s of
+    ``agent``'s sizes, as its run scripts build them, holding ``agent``'s weights (Kit's actor's mu and
+    sigma heads are our actor's one output layer, split; Kit imported)."""
     from offlinerlkit.modules import ActorProb, Critic, TanhDiagGaussian
     from offlinerlkit.nets import MLP
-    from offlinerlkit.policy import CQLPolicy
 
     cfg, obs_dim, act_dim = agent.config, agent.obs_dim, agent.act_dim
     hidden = [cfg.hidden_size] * cfg.hidden_layers
@@ -539,6 +537,18 @@ def kit_cql_policy(checkout, agent, with_lagrange: bool = False):
             for kit_layer, layer in zip(kit_layers, agent.critic.net.linears):
                 kit_layer.weight.copy_(layer.weight[i].t())
                 kit_layer.bias.copy_(layer.bias[i, 0])
+    return actor, critics, high
+
+
+def kit_cql_policy(checkout, agent, with_lagrange: bool = False):
+    """OfflineRL-Kit's ``CQLPolicy`` built as ``run_cql.py`` builds it, for ``agent``'s sizes and
+    settings, holding ``agent``'s weights (`kit_actor_and_critics`)."""
+    import types
+    import_offlinerlkit(Path(checkout))
+    from offlinerlkit.policy import CQLPolicy
+
+    cfg = agent.config
+    actor, critics, high = kit_actor_and_critics(agent)
     log_alpha = torch.full((1,), agent.log_alpha.item(), requires_grad=True)
     alpha = (agent.target_entropy, log_alpha, torch.optim.Adam([log_alpha], lr=cfg.alpha_lr))
     space = types.SimpleNamespace(low=-high, high=high)
@@ -676,38 +686,18 @@ def kit_rambo_policy(checkout, agent, model, obs_mean: np.ndarray, obs_std: np.n
     ``model``'s weights and ``model``'s input statistics and elites."""
     import_offlinerlkit(Path(checkout))
     from offlinerlkit.dynamics import EnsembleDynamics
-    from offlinerlkit.modules import ActorProb, Critic, EnsembleDynamicsModel, TanhDiagGaussian
-    from offlinerlkit.nets import MLP
+    from offlinerlkit.modules import EnsembleDynamicsModel
     from offlinerlkit.policy import RAMBOPolicy
     from offlinerlkit.utils.scaler import StandardScaler
     from offlinerlkit.utils.termination_fns import get_termination_fn, obs_unnormalization
 
     cfg, obs_dim, act_dim = agent.config, agent.obs_dim, agent.act_dim
-    hidden = [cfg.hidden_size] * cfg.hidden_layers
-    high = agent.actor.action_scale.numpy() + agent.actor.action_offset.numpy()
-    backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
-    dist = TanhDiagGaussian(latent_dim=backbone.output_dim, output_dim=act_dim, unbounded=True, conditioned_sigma=True,
-                            max_mu=float(high[0]))
-    actor = ActorProb(backbone, dist, "cpu")
-    critics = [Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu") for _ in range(2)]
+    actor, critics, _ = kit_actor_and_critics(agent)
     mcfg = model.config
     kit_model = EnsembleDynamicsModel(obs_dim=obs_dim, action_dim=act_dim, hidden_dims=[mcfg.hidden_size] * mcfg.hidden_layers,
                                       num_ensemble=mcfg.ensemble_size, num_elites=mcfg.num_elites,
                                       weight_decays=list(mcfg.weight_decay), device="cpu")
     with torch.no_grad():
-        *ours, head = agent.actor.linears
-        for kit_layer, layer in zip([m for m in backbone.model if isinstance(m, torch.nn.Linear)], ours):
-            kit_layer.weight.copy_(layer.weight)
-            kit_layer.bias.copy_(layer.bias)
-        dist.mu.weight.copy_(head.weight[:act_dim])
-        dist.mu.bias.copy_(head.bias[:act_dim])
-        dist.sigma.weight.copy_(head.weight[act_dim:])
-        dist.sigma.bias.copy_(head.bias[act_dim:])
-        for i, critic in enumerate(critics):
-            kit_layers = [m for m in critic.backbone.model if isinstance(m, torch.nn.Linear)] + [critic.last]
-            for kit_layer, layer in zip(kit_layers, agent.critic.net.linears):
-                kit_layer.weight.copy_(layer.weight[i].t())
-                kit_layer.bias.copy_(layer.bias[i, 0])
         for kit_layer, layer in zip([*kit_model.backbones, kit_model.output_layer], [*model.hidden, model.head]):
             kit_layer.weight.copy_(layer.weight)
             kit_layer.bias.copy_(layer.bias)
