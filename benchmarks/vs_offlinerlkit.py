@@ -655,22 +655,30 @@ def exact_kit_log_det() -> None:
     dist_module.TanhNormalWrapper.log_prob = log_prob
 
 
-def cql_update_main(argv) -> None:
+def kit_update_arguments(argv, flag: str, description: str, exact_help: str):
+    """The arguments of a one-update comparison (``--cql-update``, ``--combo-update``): the flag, the
+    checkout (refused in one line, exit status 2, unless it is one), ``--updates`` and
+    ``--kit-exact-log-det`` (which, when given, makes Kit's log-determinant exact in this process)."""
     import argparse
-    parser = argparse.ArgumentParser(description="our CQL's update against OfflineRL-Kit's CQLPolicy.learn")
-    parser.add_argument("--cql-update", action="store_true")
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument(flag, action="store_true")
     parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
     parser.add_argument("--updates", type=int, default=3)
-    parser.add_argument("--kit-exact-log-det", action="store_true",
-                        help="Kit's tanh log-determinant without its 1e-6, to attribute the actor's difference")
+    parser.add_argument("--kit-exact-log-det", action="store_true", help=exact_help)
     args = parser.parse_args(argv)
-    if not (Path(args.offlinerlkit) / "offlinerlkit" / "policy" / "model_free" / "cql.py").is_file():
+    if not is_checkout(Path(args.offlinerlkit)):
         parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; "
                        "clone it and pass its path.\n")
     torch.set_num_threads(1)
     if args.kit_exact_log_det:
         import_offlinerlkit(Path(args.offlinerlkit))
         exact_kit_log_det()
+    return args
+
+
+def cql_update_main(argv) -> None:
+    args = kit_update_arguments(argv, "--cql-update", "our CQL's update against OfflineRL-Kit's CQLPolicy.learn",
+                                "Kit's tanh log-determinant without its 1e-6, to attribute the actor's difference")
     for lagrange in (False, True):
         for mode in ("per_repeat", "joint"):
             print(f"lse_mode={mode} with_lagrange={lagrange}")
@@ -963,21 +971,8 @@ def combo_side_by_side(checkout, lse_mode: str, rho_s: str = "mix", updates: int
 
 
 def combo_update_main(argv) -> None:
-    import argparse
-    parser = argparse.ArgumentParser(description="our COMBO's update against OfflineRL-Kit's COMBOPolicy.learn")
-    parser.add_argument("--combo-update", action="store_true")
-    parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
-    parser.add_argument("--updates", type=int, default=3)
-    parser.add_argument("--kit-exact-log-det", action="store_true",
-                        help="Kit's tanh log-determinant without its 1e-6, to attribute the remaining differences")
-    args = parser.parse_args(argv)
-    if not (Path(args.offlinerlkit) / "offlinerlkit" / "policy" / "model_based" / "combo.py").is_file():
-        parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; "
-                       "clone it and pass its path.\n")
-    torch.set_num_threads(1)
-    if args.kit_exact_log_det:
-        import_offlinerlkit(Path(args.offlinerlkit))
-        exact_kit_log_det()
+    args = kit_update_arguments(argv, "--combo-update", "our COMBO's update against OfflineRL-Kit's COMBOPolicy.learn",
+                                "Kit's tanh log-determinant without its 1e-6, to attribute the remaining differences")
     columns = ("update", "kit_critic_loss", "our_critic_loss", "kit_logsumexp", "our_logsumexp", "kit_q_real",
                "our_q_real", "actor_max_diff", "critic_max_diff", "target_critic_max_diff", "log_alpha_max_diff",
                "critic_over_1e-5", "actor_step_rel_diff", "critic_step_rel_diff")
