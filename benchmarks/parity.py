@@ -154,6 +154,23 @@ def model_measures(predict, step, elites, holdout, lam: float, act_low, act_high
     return out
 
 
+def weight_differences(group: str, ours, theirs, before, grads=None) -> dict:
+    """One module's tensors after a side-by-side update (``ours``, ``theirs`` and ``theirs`` ``before`` it,
+    tensors of the same shapes): ``{"<group>: weights": (largest |ours - theirs|, largest step theirs
+    took)}``; with ``grads`` (theirs, of this update), also how many elements differ by more than 1e-6
+    (of all) and the largest |gradient| at them (of all): Adam's first steps are about lr sign(g), so
+    where |g| is at rounding level a rounding difference gives a step of another size."""
+    out = {f"{group}: weights": (max((a - b).abs().max().item() for a, b in zip(ours, theirs)),
+                                 max((b - c).abs().max().item() for b, c in zip(theirs, before)))}
+    if grads is not None:
+        off = [(a - b).abs() > 1e-6 for a, b in zip(ours, theirs)]
+        out[f"{group}: weights off by > 1e-6 (elements)"] = (sum(int(o.sum()) for o in off), sum(o.numel() for o in off))
+        out[f"{group}: largest |gradient| at those"] = (
+            max([g[o].abs().max().item() for g, o in zip(grads, off) if o.any()], default=0.0),
+            max(g.abs().max().item() for g in grads))
+    return out
+
+
 def eval_seed(seed: int, epoch: int) -> int:
     """`Trainer.evaluate`'s episode seed for ``epoch`` (the epoch just finished)."""
     return int(np.random.SeedSequence([seed, epoch]).generate_state(1)[0] % 2**31)

@@ -31,6 +31,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from parity import weight_differences  # beside this file
+
 TRAINER = Path("lifelong_rl") / "trainers" / "q_learning" / "sac.py"
 
 
@@ -158,17 +160,9 @@ def update_differences(checkout, num_critics: int = 10, eta: float = 1.0, update
         after = official_groups(trainer)
         result = {}
         for group, theirs in after.items():
-            pairs = [(a.detach().reshape(b.shape), b, c) for a, b, c in zip(our_groups(agent)[group], theirs, before[group])]
-            result[f"{group}: weights"] = (max((a - b).abs().max().item() for a, b, _ in pairs),
-                                           max((b - c).abs().max().item() for _, b, c in pairs))
-            if group in ("actor", "critics"):  # the elements that differ, and how small their gradients are
-                grads = official_groups(trainer, grad=True)[group]
-                off = [(a - b).abs() > 1e-6 for a, b, _ in pairs]
-                result[f"{group}: weights off by > 1e-6 (elements)"] = (sum(int(o.sum()) for o in off),
-                                                                        sum(o.numel() for o in off))
-                result[f"{group}: largest |gradient| at those"] = (
-                    max([g[o].abs().max().item() for g, o in zip(grads, off) if o.any()], default=0.0),
-                    max(g.abs().max().item() for g in grads))
+            ours = [a.detach().reshape(b.shape) for a, b in zip(our_groups(agent)[group], theirs)]
+            grads = official_groups(trainer, grad=True)[group] if group in ("actor", "critics") else None
+            result.update(weight_differences(group, ours, theirs, before[group], grads))
         for group in ("actor", "critics"):
             pairs = [(a.detach(), b.detach()) for a, b in zip(our_groups(agent)[group], our_groups(twin)[group])]
             result[f"control, {group}: ours from weights one rounding step apart, weights"] = (

@@ -81,7 +81,7 @@ import numpy as np
 import torch
 
 import parity
-from parity import common_data, eval_seed, model_measures, settings
+from parity import common_data, eval_seed, model_measures, settings, weight_differences
 
 
 # ---------------------------------------------------------------------------------- OfflineRL-Kit
@@ -453,18 +453,11 @@ def _edac_updates(dataset, num_critics, eta, hidden_size, updates, seed, batch_s
             result[f"{group}: gradient"] = (max((a - b).abs().max().item() for a, b in pairs),
                                             max(b.abs().max().item() for _, b in pairs))
         for group, kit_params in kit_groups().items():
-            pairs = [(a.detach(), b.reshape(a.shape), c.reshape(a.shape))
-                     for a, b, c in zip(our_groups()[group], kit_params, before[group])]
-            result[f"{group}: weights"] = (max((a - b).abs().max().item() for a, b, _ in pairs),
-                                           max((b - c).abs().max().item() for _, b, c in pairs))
-            if group in ("actor", "critics"):  # the elements that differ, and how small their gradients are
-                grads = [g.reshape(a.shape) for g, (a, _, _) in zip(kit_groups(grad=True)[group], pairs)]
-                off = [(a - b).abs() > 1e-6 for a, b, _ in pairs]
-                result[f"{group}: weights off by > 1e-6 (elements)"] = (sum(int(o.sum()) for o in off),
-                                                                        sum(o.numel() for o in off))
-                result[f"{group}: largest |gradient| at those"] = (
-                    max([g[o].abs().max().item() for g, o in zip(grads, off) if o.any()], default=0.0),
-                    max(g.abs().max().item() for g in grads))
+            after = [a.detach() for a in our_groups()[group]]
+            grads = ([g.reshape(a.shape) for g, a in zip(kit_groups(grad=True)[group], after)]
+                     if group in ("actor", "critics") else None)
+            result.update(weight_differences(group, after, [b.reshape(a.shape) for b, a in zip(kit_params, after)],
+                                             [c.reshape(a.shape) for c, a in zip(before[group], after)], grads))
         critic_loss = mine["critic_loss"] + eta * mine["diversity_loss"]
         for name, (a, b) in {"actor loss": (mine["actor_loss"], kit["loss/actor"]),
                              "critic loss (TD + eta x diversity)": (critic_loss, kit["loss/critics"]),
