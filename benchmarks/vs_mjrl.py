@@ -199,6 +199,9 @@ def main(argv=None) -> int:
                         help="instead: NPG updates per second on both sides, on 200 paths of up to 700 steps")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (with --speed)")
     args = parser.parse_args(argv)
+    if not (args.mjrl / "mjrl" / "algos" / "npg_cg.py").is_file():
+        parser.exit(2, "error: --mjrl must name a checkout of github.com/aravindr93/mjrl (branch v2, with "
+                       "mjrl/algos/npg_cg.py); clone it and pass its path.\n")
     if args.speed:
         import throughput
         torch.set_num_threads(args.threads)

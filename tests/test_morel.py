@@ -273,3 +273,17 @@ def test_npg_update_gae_and_baseline_match_the_official_mjrl_code():
         assert result["returns"][1] < 1e-7 and result["advantages"][1] < 1e-6
         assert result["alpha"][1] < 1e-4 and result["baseline parameters"][1] < 1e-5
         assert result["policy step"][1] < 5e-3  # float32 CG: a few times the float32-vs-float64 gap
+
+
+@pytest.mark.parametrize("extra", [[], ["--speed"]])
+def test_the_mjrl_side_by_side_refuses_a_folder_that_is_not_its_checkout(extra, tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "vs_mjrl.py"), "--mjrl", str(tmp_path), *extra],
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(root)})
+    assert done.returncode == 2 and done.stderr.startswith("error: --mjrl must name a checkout of"), done.stderr
+    assert done.stderr.count("\n") == 1
