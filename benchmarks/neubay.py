@@ -80,6 +80,7 @@ from mbrl_offline.data.dataset import OfflineDataset  # noqa: E402
 from mbrl_offline.data.termination import never  # noqa: E402
 from mbrl_offline.generators.posterior import (POSTERIOR_EXTRA_FIELDS, Histories, PosteriorConfig,  # noqa: E402
                                                PosteriorRollouts)
+from mbrl_offline.models import products  # noqa: E402
 from mbrl_offline.models.dynamics import GaussianEnsembleDynamics, dynamics_recipe  # noqa: E402
 
 OBS, ACT = throughput.OBS, throughput.ACT
@@ -263,7 +264,8 @@ PARTS = (
     ("LRU scan (forward and written-out backward)", lambda name: name.startswith("_LRUScan")),
     ("optimisers (AdamW, Adam, clipping excluded)", lambda name: name.startswith("Optimizer.step")),
     ("matrix products", lambda name: name in ("aten::mm", "aten::bmm", "aten::baddbmm", "aten::addmm",
-                                               "aten::addbmm", "aten::matmul", "aten::linear")),
+                                               "aten::addbmm", "aten::matmul", "aten::linear",
+                                               "mkldnn::_linear_pointwise")),
     ("LayerNorm", lambda name: "layer_norm" in name),
     ("activations (GELU, sigmoid, leaky ReLU, tanh)",
      lambda name: any(f"aten::{op}" in name for op in ("gelu", "sigmoid", "leaky_relu", "tanh"))),
@@ -338,8 +340,11 @@ def main() -> None:
         rows.append((label, f"updates/s (tape sampling included; {sizes.updates} per call)", result["rate"],
                      result["flops"]))
     peak += throughput.matmul_peak(device, readings=1 if quick else 5)
+    # NEUBAY's encoders and the heads' first layer run their products on oneDNN (models.products)
+    onednn_peak = throughput.onednn_matmul_rate() if device.type == "cpu" and products.available() else None
     throughput.print_rates(rows, peak, device, ("measure", "unit"), "MFLOP",
-                           "(--sizes quick: tiny models; the rates mean nothing)" if quick else "")
+                           "(--sizes quick: tiny models; the rates mean nothing)" if quick else "",
+                           onednn_peak=onednn_peak)
     if args.profile:
         print(f"\nWhere an update's time goes (torch's profiler over {repeats} updates, each operator's own time):\n")
         print("| part | share |\n|---|---:|")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import platform
 import statistics
 import time
@@ -50,6 +51,7 @@ from mbrl_offline.algorithms.td3bc import TD3BC
 from mbrl_offline.buffer import Mixing, TransitionBuffer
 from mbrl_offline.data.dataset import OfflineDataset
 from mbrl_offline.generators import BranchedRollouts, RolloutConfig
+from mbrl_offline.models import products
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics
 from mbrl_offline.data.termination import never
 from mbrl_offline.platform import keep_freed_memory
@@ -99,10 +101,11 @@ FLOP_UNITS = {"GFLOP": (1e9, ".4f"), "MFLOP": (1e6, ",.3f")}  # print_rates' FLO
 
 
 def print_rates(rows, peak: list[float], device: torch.device, columns: tuple[str, str], flop_unit: str = "GFLOP",
-                note: str = "") -> None:
+                note: str = "", onednn_peak: float | None = None) -> None:
     """The peak's line, MKL's code (CPU), then a markdown table of ``rows`` (label, what, rate, FLOPs per
     unit) under the two first ``columns``' names: the rate, its FLOPs per unit in ``flop_unit`` (a key of
-    `FLOP_UNITS`), GFLOP/s and the share of the median peak; ``note`` follows the table."""
+    `FLOP_UNITS`), GFLOP/s and the share of the median peak; with ``onednn_peak`` (`onednn_matmul_rate`,
+    for work whose products run on oneDNN) also the share of that; ``note`` follows the table."""
 
     scale, digits = FLOP_UNITS[flop_unit]
     peak_gflops = statistics.median(peak)
@@ -110,13 +113,18 @@ def print_rates(rows, peak: list[float], device: torch.device, columns: tuple[st
           f"{min(peak):.0f}-{max(peak):.0f}); torch.matmul, which the shares below divide by")
     if device.type == "cpu":
         print(f"MKL's AVX-512 code on AMD CPUs ({mbrl_platform.ENV_VAR}): {mbrl_platform.status()}")
+    if onednn_peak:
+        print(f"oneDNN's fp32 product (torch.ops.mkldnn._linear_pointwise, 1024^3): {onednn_peak:.0f} GFLOP/s "
+              "(best of 5 readings), the last column's peak")
     print()
-    print(f"| {columns[0]} | {columns[1]} | rate | {flop_unit} per unit | GFLOP/s | of peak |")
-    print("|---|---|---:|---:|---:|---:|")
+    extra = (" of oneDNN's peak |", "---:|") if onednn_peak else ("", "")
+    print(f"| {columns[0]} | {columns[1]} | rate | {flop_unit} per unit | GFLOP/s | of peak |{extra[0]}")
+    print(f"|---|---|---:|---:|---:|---:|{extra[1]}")
     for label, what, rate, flops in rows:
         achieved = rate * flops / 1e9
+        share = f" {achieved / onednn_peak:.0%} |" if onednn_peak else ""
         print(f"| {label} | {what} | {rate:,.1f} | {flops / scale:{digits}} | {achieved:.1f} | "
-              f"{achieved / peak_gflops:.0%} |")
+              f"{achieved / peak_gflops:.0%} |{share}")
     if note:
         print("\n" + note)
 
@@ -137,11 +145,19 @@ def _grouped_mm_flops(a_shape, b_shape, *args, out_shape=None, **kwargs) -> int:
     return 2 * rows * inner * b_shape[-1]
 
 
+def _onednn_linear_flops(x_shape, weight_shape, *args, out_shape=None, **kwargs) -> int:
+    # (rows, in) times (out, in)^T (`mbrl_offline.models.products`)
+    return 2 * math.prod(x_shape[:-1]) * x_shape[-1] * weight_shape[0]
+
+
 def count_flops(fn) -> float:
     # torch's counter knows baddbmm but not its in-place form, which the critic backward uses, nor
-    # the grouped product of the actor step's lowest-critic gradient
-    with FlopCounterMode(display=False, custom_mapping={torch.ops.aten.baddbmm_: _inplace_baddbmm_flops,
-                                                        torch.ops.aten._grouped_mm: _grouped_mm_flops}) as counter:
+    # the grouped product of the actor step's lowest-critic gradient, nor oneDNN's product (NEUBAY's
+    # encoders, `mbrl_offline.models.products`)
+    mapping = {torch.ops.aten.baddbmm_: _inplace_baddbmm_flops, torch.ops.aten._grouped_mm: _grouped_mm_flops}
+    if products.available():
+        mapping[torch.ops.mkldnn._linear_pointwise] = _onednn_linear_flops
+    with FlopCounterMode(display=False, custom_mapping=mapping) as counter:
         fn()
     return counter.get_total_flops()
 

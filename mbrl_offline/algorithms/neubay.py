@@ -48,7 +48,9 @@ Deviations from the official code, none of which changes a loss's expectation:
 * the two target heads are drawn with torch's RNG (``randperm``), the noise likewise;
 * ``q_mean`` is the masked mean over all heads (the official logs head 0's);
 * `act` on a bare observation acts as at an episode's first step (zero state, no previous action and
-  reward): evaluation goes through `episode_policy`, which carries the state.
+  reward): evaluation goes through `episode_policy`, which carries the state;
+* on a CPU the encoders' products and the critic heads' first layer run on oneDNN rather than MKL
+  (`mbrl_offline.models.recurrent`, `mbrl_offline.models.products`): float rounding only.
 """
 from __future__ import annotations
 

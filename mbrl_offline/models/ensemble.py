@@ -14,6 +14,7 @@ from torch import nn
 from torch.autograd.function import once_differentiable
 
 from mbrl_offline.errors import InputError
+from mbrl_offline.models.products import linear
 
 
 _SUBSETS: "weakref.WeakKeyDictionary[nn.Module, tuple]" = weakref.WeakKeyDictionary()
@@ -74,10 +75,19 @@ class EnsembleLinear(nn.Module):
             if sum(widths) != self.in_features or any(part.dim() != 2 for part in x):
                 raise InputError(f"EnsembleLinear: the input's parts must be shared (B, width) inputs "
                                  f"{self.in_features} wide in all, got shapes {[tuple(p.shape) for p in x]}.")
-            out = bias
-            for part, rows in zip(x, weight.split(widths, dim=1)):  # each part's rows of the weight
-                out = torch.baddbmm(out, part.expand(weight.shape[0], *part.shape), rows)
-            return out
+            # The widest part is one plain product with every member's map side by side, (B, in_i) x
+            # (in_i, N out), on oneDNN (`products.linear`), read as (N, B, out); the narrower parts are
+            # added by baddbmm, which also lays the sum out member first.
+            members_n, out_features = weight.shape[0], weight.shape[2]
+            parts_rows = list(zip(x, weight.split(widths, dim=1)))  # each part's rows of the weight
+            widest = max(range(len(parts_rows)), key=lambda i: widths[i])
+            part, rows = parts_rows.pop(widest)
+            side_by_side = rows.transpose(1, 2).reshape(members_n * out_features, rows.shape[1])
+            out = linear(part, side_by_side, bias.reshape(-1))
+            out = out.view(out.shape[0], members_n, out_features).transpose(0, 1)
+            for part, rows in parts_rows:
+                out = torch.baddbmm(out, part.expand(members_n, *part.shape), rows)
+            return out if parts_rows else out.contiguous()
         if self.out_features == 1:
             # One output column makes bmm a batched matrix-vector product, which CPU BLAS runs slowly,
             # forward and for the weight gradient a^T dq: a product and a sum are faster here
