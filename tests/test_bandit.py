@@ -296,22 +296,29 @@ def test_config_checks_and_the_yaml_sizes_are_the_dataclass():
 # ------------------------------------------------------------------------------------------- learning (slow)
 @pytest.mark.slow
 def test_unpenalised_agent_uses_the_unseen_arm_where_it_pays_more_and_the_penalised_one_does_not():
+    """At the CPU sizes, seeds 0-2: the unpenalised agent moves to arm 1 where it pays more in at least two
+    of the three, and every penalised agent stays on arm 0. One seed is not enough: float rounding alone
+    can decide whether this small agent finds arm 1 within its 5,000 updates (seed 0 did with MKL's
+    products and did not once they ran on oneDNN: docs/bandit.md)."""
     from mbrl_offline.experiments.bandit_parts import run_bandit
 
     torch.set_num_threads(1)
     config = BanditConfig(**LEARNING)
-    results = run_bandit(config, [0.0, 2.5], seed=0)
     probs = list(config.eval_probs)
     better = [probs.index(p) for p in (0.7, 0.85, 0.99)]
     worse = [probs.index(p) for p in (0.01, 0.15, 0.3)]
-    free, penalised = (results["runs"][p][-1] for p in (0.0, 2.5))
-    print(results_table(results))
-    assert free["return"][better].mean() >= penalised["return"][better].mean() + 0.1
-    assert free["best_arm"][better].mean() > 0.5
-    # Where arm 1 pays less, the paper's unpenalised agent returns to arm 0 (about 0.45 at p1 = 0.3);
-    # this one, at CPU sizes, stays on arm 1 longer (docs/bandit.md), but far from always (0.15 here)
-    assert free["return"][worse].mean() >= 0.3
-    assert (penalised["return"] - 0.5).abs().max() < 0.06  # arm 0 only: 0.5 a pull
+    moved = []
+    for seed in range(3):
+        results = run_bandit(config, [0.0, 2.5], seed=seed)
+        free, penalised = (results["runs"][p][-1] for p in (0.0, 2.5))
+        print(f"seed {seed}\n{results_table(results)}")
+        moved.append(bool(free["return"][better].mean() >= penalised["return"][better].mean() + 0.1
+                          and free["best_arm"][better].mean() > 0.5))
+        # Where arm 1 pays less, the paper's unpenalised agent returns to arm 0 (about 0.45 at p1 = 0.3);
+        # this one, at CPU sizes, stays on arm 1 longer (docs/bandit.md), but far from always
+        assert free["return"][worse].mean() >= 0.3, seed
+        assert (penalised["return"] - 0.5).abs().max() < 0.06, seed  # arm 0 only: 0.5 a pull
+    assert sum(moved) >= 2, f"the unpenalised agent moved to arm 1 in seeds {[s for s in range(3) if moved[s]]} only"
 
 
 LEARNING = {}  # the CPU defaults (docs/bandit.md)
