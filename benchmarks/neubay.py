@@ -340,8 +340,8 @@ def main() -> None:
         rows.append((label, f"updates/s (tape sampling included; {sizes.updates} per call)", result["rate"],
                      result["flops"]))
     peak += throughput.matmul_peak(device, readings=1 if quick else 5)
-    # NEUBAY's encoders and the heads' first layer run their products on oneDNN (models.products)
-    onednn_peak = throughput.onednn_matmul_rate() if device.type == "cpu" and products.available() else None
+    # where NEUBAY's encoders and the heads' first layer run their products on oneDNN (models.products)
+    onednn_peak = throughput.onednn_matmul_rate() if device.type == "cpu" and products.routes() else None
     throughput.print_rates(rows, peak, device, ("measure", "unit"), "MFLOP",
                            "(--sizes quick: tiny models; the rates mean nothing)" if quick else "",
                            onednn_peak=onednn_peak)

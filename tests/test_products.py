@@ -27,7 +27,24 @@ def counted(monkeypatch):
 
     monkeypatch.setattr(products, "_product", product)
     monkeypatch.setattr(products, "MIN_MULTIPLY_ADDS", 0)
+    monkeypatch.setattr(products, "ROUTE_CPU", True)  # whatever this CPU is
     return calls
+
+
+@pytest.mark.parametrize("would_help, mkl_avx512_on, routes", [(True, False, True), (True, True, False),
+                                                                (False, False, False)])
+def test_the_route_is_taken_only_where_mkl_runs_code_below_the_cpus(would_help, mkl_avx512_on, routes,
+                                                                     monkeypatch):
+    """oneDNN on an AMD CPU with AVX-512 while MKL runs its AVX2 code; not once MBRL_OFFLINE_MKL_AVX512=1
+    let MKL run its AVX-512 code, nor where MKL picks the CPU's code itself (Intel, or no AVX-512)."""
+    monkeypatch.setattr(products, "ROUTE_CPU", None)
+    monkeypatch.setattr(products.platform, "would_help", lambda: would_help)
+    monkeypatch.setattr(products.platform, "is_on", lambda: mkl_avx512_on)
+    calls = []
+    monkeypatch.setattr(products, "_product", lambda *a: calls.append(a) or F.linear(*a))
+    x, weight = torch.randn(256, 256), torch.randn(256, 256)
+    torch.testing.assert_close(products.linear(x, weight), F.linear(x, weight))
+    assert products.routes() is routes and len(calls) == int(routes)
 
 
 # (input shape, (out, in)): 2-D and 3-D inputs; wider outputs than inputs and the reverse (the two orders
@@ -71,6 +88,7 @@ def test_a_strided_input_and_a_transposed_weight_are_read_as_they_are(counted):
 
 
 def test_what_is_not_routed_runs_f_linear(monkeypatch):
+    monkeypatch.setattr(products, "ROUTE_CPU", True)
     calls = []
     monkeypatch.setattr(products, "_product", lambda *a: calls.append(a) or F.linear(*a))
     big = torch.randn(256, 256)

@@ -49,8 +49,8 @@ Deviations from the official code, none of which changes a loss's expectation:
 * ``q_mean`` is the masked mean over all heads (the official logs head 0's);
 * `act` on a bare observation acts as at an episode's first step (zero state, no previous action and
   reward): evaluation goes through `episode_policy`, which carries the state;
-* on a CPU the encoders' products and the critic heads' first layer run on oneDNN rather than MKL
-  (`mbrl_offline.models.recurrent`, `mbrl_offline.models.products`): float rounding only.
+* on an AMD CPU with AVX-512 the encoders' products and the critic heads' first layer run on oneDNN
+  rather than MKL (`mbrl_offline.models.recurrent`, `mbrl_offline.models.products`): float rounding only.
 """
 from __future__ import annotations
 

@@ -1,13 +1,17 @@
-"""Affine maps ``x W^T + b`` whose products run on the oneDNN library in torch's CPU wheel.
+"""Affine maps ``x W^T + b`` whose products run on the oneDNN library in torch's CPU wheel where MKL
+would run code below the CPU's.
 
 Why: torch's x86 wheels do fp32 products with Intel's MKL, which picks its code by the CPU's vendor:
 on AMD CPUs with AVX-512 (Zen 4, Zen 5) it runs its AVX2 code, at about half of what the CPU can do.
 The oneDNN library in the same wheel picks its code by instruction set on any vendor's CPU, and it is
-what torch itself uses for convolutions. `linear` routes a float32 CPU product there, with its backward
-written out (`_OneDNNLinear`: the input's gradient and the weight's gradient are two more oneDNN
-products, the bias's a sum), and anything else (another dtype, a GPU, a torch without oneDNN) to
-`torch.nn.functional.linear`. The values are the same sums in another order: they differ from MKL's in
-float rounding only (`tests/test_products.py` compares values and gradients with autograd through
+what torch itself uses for convolutions. On such a CPU (`mbrl_offline.platform.would_help`), unless
+``MBRL_OFFLINE_MKL_AVX512=1`` already lets MKL run its AVX-512 code (`mbrl_offline.platform.is_on`),
+`linear` routes a float32 CPU product to oneDNN, with its backward written out (`_OneDNNLinear`: the
+input's gradient and the weight's gradient are two more oneDNN products, the bias's a sum). Anything
+else (another CPU, another dtype, a GPU, a torch without oneDNN, a small product) runs
+`torch.nn.functional.linear`: where MKL already runs the CPU's best code, oneDNN gained nothing
+(docs/performance.md). The values are the same sums in another order: they differ from MKL's in float
+rounding only (`tests/test_products.py` compares values and gradients with autograd through
 ``F.linear``). The speed-up is measured in ``docs/performance.md`` (NEUBAY's update).
 
 It is used where the products are large and plain (one weight for every row): NEUBAY's recurrent
@@ -15,7 +19,8 @@ encoders and actor head, and the first layer of its critic heads, whose input is
 (`mbrl_offline.models.recurrent`). torch exposes no batched fp32 product on oneDNN, so products with a
 weight per member (`EnsembleLinear`) stay on MKL's ``baddbmm``.
 
-`set_enabled(False)` sends every product to ``F.linear`` (for comparisons); a process starts with it on.
+`set_enabled(False)` sends every product to ``F.linear`` (for comparisons); ``ROUTE_CPU`` (None: decided
+from the CPU and MKL's code at the first product) says whether this CPU routes at all.
 """
 from __future__ import annotations
 
@@ -25,13 +30,21 @@ from typing import Iterator, Optional
 import torch
 from torch.nn import functional as F
 
+from mbrl_offline import platform
+
 _AVAILABLE = torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 _enabled = True
+ROUTE_CPU: Optional[bool] = None  # None: `_cpu_routes` decides at the first product
 
 
 def available() -> bool:
     """Whether this torch has oneDNN's product (``torch.ops.mkldnn._linear_pointwise``)."""
     return _AVAILABLE
+
+
+def routes() -> bool:
+    """Whether large float32 CPU products go to oneDNN in this process (see the module docstring)."""
+    return _enabled and _cpu_routes()
 
 
 def set_enabled(enabled: bool) -> None:
@@ -62,10 +75,19 @@ def _product(x2: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
 MIN_MULTIPLY_ADDS = 1 << 21
 
 
+def _cpu_routes() -> bool:
+    """Whether this CPU's products go to oneDNN: where MKL runs its AVX2 code on a CPU with AVX-512
+    (an AMD one) and ``MBRL_OFFLINE_MKL_AVX512=1`` did not let it run its AVX-512 code. Decided once."""
+    global ROUTE_CPU
+    if ROUTE_CPU is None:
+        ROUTE_CPU = _AVAILABLE and platform.would_help() and not platform.is_on()
+    return ROUTE_CPU
+
+
 def _routed(x: torch.Tensor, weight: torch.Tensor) -> bool:
     return (_enabled and _AVAILABLE and x.device.type == "cpu" and x.dtype == torch.float32
             and weight.dtype == torch.float32 and x.dim() >= 2 and weight.dim() == 2
-            and x.numel() * weight.shape[0] >= MIN_MULTIPLY_ADDS)
+            and x.numel() * weight.shape[0] >= MIN_MULTIPLY_ADDS and _cpu_routes())
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -110,4 +132,4 @@ class _OneDNNLinear(torch.autograd.Function):
         return grad_x, grad_weight, grad_bias
 
 
-__all__ = ["available", "disabled", "linear", "set_enabled"]
+__all__ = ["available", "disabled", "linear", "routes", "set_enabled"]

@@ -26,9 +26,10 @@ Deviations from the official code, each with its reason:
 * the LRU's B and C maps and the GLU's two output maps run as one real product each (`LRU.forward`,
   `SequenceLayer.forward`): the same sums in another order;
 * the encoders' products (``pre``, B, C, the GLU) and the heads' first layer on the history features,
-  which every head reads, run on the oneDNN library in torch's wheel (`mbrl_offline.models.products`;
-  the heads' as one product with the heads' maps side by side, `EnsembleLinear`): the same sums, in
-  float rounding only different from MKL's, and on AMD CPUs with AVX-512 about twice as fast;
+  which every head reads, run on the oneDNN library in torch's wheel where MKL runs code below the
+  CPU's (AMD CPUs with AVX-512; `mbrl_offline.models.products`), the heads' as one product with the
+  heads' maps side by side (`EnsembleLinear`): the same sums, in float rounding only different from
+  MKL's, and there about twice as fast;
 * at initialisation the uniform draws u behind ``nu_log`` and ``theta_log`` are kept at or above the
   smallest positive float32: with u = 0 the official code gives ``theta_log = log 0 = -inf`` (and, with
   r_min = 0, ``nu_log = +inf``), a non-finite parameter (probability about 2^-24 per entry);
