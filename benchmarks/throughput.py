@@ -80,7 +80,7 @@ def onednn_matmul_rate() -> float | None:
     """The best `matmul_peak` reading through the oneDNN library in torch's wheel, which picks its code
     by instruction set on any vendor's CPU; None where torch has no oneDNN. On AMD CPUs with AVX-512
     this is about twice torch's matmul, for which MKL runs its AVX2 code (see mbrl_offline.platform)."""
-    if not torch.backends.mkldnn.is_available():
+    if not products.available():
         return None
     # linear(a, b) = a @ b^T: the same work as a @ b
     return max(matmul_peak(torch.device("cpu"), product=lambda a, b: torch.ops.mkldnn._linear_pointwise(
