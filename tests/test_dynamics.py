@@ -109,13 +109,17 @@ def test_bad_configs_are_rejected():
 
 
 def test_fit_on_bundled_pendulum_data_predicts_far_better_than_the_mean():
+    # The members' initial weights come from torch's global generator, which the tests that ran before
+    # on the same worker have moved: over 40 seeds the best holdout error was 1.0-2.1% of the mean's
+    # (2 of 40 above 2%), so the bound is 4% (25 times better than predicting the mean), seeded here.
+    torch.manual_seed(0)
     data = m.load_dataset("pendulum-medium")
     model = GaussianEnsembleDynamics(data.obs_dim, data.act_dim, dataclasses.replace(
         SMALL, hidden_size=64, max_epochs=25))
     log = model.fit(data, progress=False)
     targets = np.concatenate([data.next_observations - data.observations, data.rewards[:, None]], axis=1)
     baseline = targets.var(axis=0).mean()  # error of always predicting the mean
-    assert min(log[-1]["best_holdout_mse"]) < 0.02 * baseline
+    assert min(log[-1]["best_holdout_mse"]) < 0.04 * baseline
 
 
 def test_trained_models_are_cached_by_data_and_config(tmp_path):
