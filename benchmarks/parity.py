@@ -126,8 +126,11 @@ def settings(algo: str, dataset_name: str) -> dict:
            "auto_alpha": p.get("auto_alpha", default.auto_alpha), "init_alpha": p.get("init_alpha", default.init_alpha),
            "penalty_coef": (rollout.get("penalty_coef", generator.rollout.penalty_coef) if algo == "mopo"
                             else p.get("penalty_coef", getattr(default, "penalty_coef", None)))}
+    out["real_ratio"] = generator.mixing.real_ratio
     if algo == "ravl":
-        out.update(num_critics=default.num_critics, eta=default.eta, real_ratio=generator.mixing.real_ratio)
+        out.update(num_critics=default.num_critics, eta=default.eta)
+    if algo == "combo":
+        out["cql_weight"] = p.get("cql_weight", default.cql_weight)
     return out
 
 
@@ -254,11 +257,12 @@ def run_ours(args) -> dict:
     q_act = torch.as_tensor(train.actions[q_rows])
     h_obs, h_act = torch.as_tensor(holdout.observations), torch.as_tensor(holdout.actions)
     extras: list[dict] = []
+    normalise = getattr(agent, "normalise", lambda obs: obs)  # COMBO (CQL's update) keeps CORL's, off by default
 
     class Measure:
         def on_eval(self, trainer, epoch, result):
             with torch.no_grad():
-                extra = {"q_mean": agent.critic(q_obs, q_act).min(dim=0).values.mean().item()}
+                extra = {"q_mean": agent.critic(normalise(q_obs), q_act).min(dim=0).values.mean().item()}
                 if args.algo == "mobile":
                     penalty = agent.bellman_uncertainty(h_obs, h_act)
                     extra.update(penalty_mean=penalty.mean().item(), penalty_std=penalty.std().item())
@@ -421,7 +425,8 @@ def report(args) -> None:
                       f"only); {machine}", ""]
         else:
             agent = (f"{first['settings']['num_critics']} critics, eta {first['settings']['eta']}" if algo == "ravl"
-                     else f"penalty coefficient {first['settings']['penalty_coef']}")
+                     else f"CQL weight {first['settings']['cql_weight']}, {first['settings']['real_ratio']:.0%} real rows"
+                     if algo == "combo" else f"penalty coefficient {first['settings']['penalty_coef']}")
             lines += [f"### {algo.upper()} on {dataset}", "",
                       f"{head}, then {b['epochs']} epochs x {b['updates_per_epoch']} updates, {b['rollouts']} rollouts "
                       f"of h = {first['settings']['horizon']} per epoch, {agent}, {b['eval_episodes']} evaluation "

@@ -1,10 +1,10 @@
-"""Our MOPO, MOBILE, CQL and EDAC against OfflineRL-Kit's own code, learning side by side on the same
+"""Our MOPO, MOBILE, CQL, EDAC and COMBO against OfflineRL-Kit's own code, learning side by side on the same
 arrays; our CQL's update against Kit's ``CQLPolicy.learn``, our COMBO's against its ``COMBOPolicy.learn``,
 our EDAC's against Kit's ``EDACPolicy`` and our RAMBO's adversarial steps against its ``RAMBOPolicy``,
 from the same weights, batches and draws.
 
     git clone https://github.com/yihaosun1124/OfflineRL-Kit /path/to/OfflineRL-Kit
-    python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile cql edac \\
+    python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile cql edac combo \\
         --dataset hopper-medium halfcheetah-medium --seeds 0 1 2 [--jobs 2] [--results runs/parity]
     python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo cql --sides ours \\
         --ours-algo lse_mode=per_repeat --label ours-per-repeat ...   # ours with Kit's log-sum-exp, beside
@@ -53,9 +53,14 @@ measurements, our side, the processes and the report; its docstring says what is
 OfflineRL-Kit's side builds the objects that ``run_mopo.py`` / ``run_mobile.py`` build
 (``EnsembleDynamicsModel``, ``EnsembleDynamics``, ``StandardScaler``, its termination function,
 ``ActorProb``/``Critic``/``TanhDiagGaussian``, ``MOPOPolicy``/``MOBILEPolicy``, its ``ReplayBuffer``s,
-the cosine actor schedule), with the per-dataset values of our preset
+the cosine actor schedule), and for COMBO what ``run_combo.py`` builds (``COMBOPolicy`` on its CQL's
+3 x 256 networks, `kit_combo_policy`, starting from weights drawn by torch's ``nn.Linear`` init through
+our COMBO's constructor with the run's seed, as for CQL; no reward penalty; 50% real rows per batch),
+with the per-dataset values of our preset
 (``mbrl_offline/configs/preset/<algo>-<dataset>.yaml``, which holds OfflineRL-Kit's suggested values), seeded as
-those scripts seed, then runs ``EnsembleDynamics.train`` and ``MBPolicyTrainer.train`` themselves.
+those scripts seed, then runs ``EnsembleDynamics.train`` and ``MBPolicyTrainer.train`` themselves, with one generation of
+rollouts per agent epoch on both sides (Kit's ``rollout_freq`` is set to ``--updates-per-epoch``: its
+1000 at the default budget).
 The budget (``--dynamics-max-epochs``, ``--epochs``, ``--updates-per-epoch``, ``--rollouts``,
 ``--eval-episodes``) is the same for both sides. For CQL and EDAC (model-free, `run_offlinerlkit_model_free`)
 it builds what ``run_cql.py`` / ``run_edac.py`` build (``CQLPolicy`` or ``EDACPolicy``, with the
@@ -207,7 +212,7 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
     from offlinerlkit.dynamics import EnsembleDynamics
     from offlinerlkit.modules import ActorProb, Critic, EnsembleDynamicsModel, TanhDiagGaussian
     from offlinerlkit.nets import MLP
-    from offlinerlkit.policy import MOBILEPolicy, MOPOPolicy
+    from offlinerlkit.policy import COMBOPolicy, MOBILEPolicy, MOPOPolicy
     from offlinerlkit.policy_trainer import MBPolicyTrainer
     from offlinerlkit.utils.scaler import StandardScaler
     from offlinerlkit.utils.termination_fns import get_termination_fn
@@ -222,17 +227,25 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
     obs_dim, act_dim = data.obs_dim, data.act_dim
     arrays = {k: getattr(train, k) for k in ("observations", "actions", "next_observations", "rewards", "terminals")}
 
-    # run_mopo.py / run_mobile.py, as far as training goes
+    # run_mopo.py / run_mobile.py / run_combo.py, as far as training goes
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
     hidden = [256, 256]
-    actor_backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
-    dist = TanhDiagGaussian(latent_dim=actor_backbone.output_dim, output_dim=act_dim, unbounded=True,
-                            conditioned_sigma=True, max_mu=float(high[0]))
-    actor = ActorProb(actor_backbone, dist, "cpu")
-    actor_optim = torch.optim.Adam(actor.parameters(), lr=1e-4)
-    if args.algo == "mopo":
+    if args.algo == "combo":  # run_combo.py: its CQL's networks (3 x 256) and optimisers, Kit's init, as for CQL
+        from mbrl_offline.algorithms.combo import COMBO, COMBOConfig
+        combo = COMBO(obs_dim, act_dim, low, high, COMBOConfig(cql_weight=s["cql_weight"]))
+        cql = kit_cql_policy(checkout, combo)
+        actor, actor_optim = cql.actor, cql.actor_optim
+    else:
+        actor_backbone = MLP(input_dim=obs_dim, hidden_dims=hidden)
+        dist = TanhDiagGaussian(latent_dim=actor_backbone.output_dim, output_dim=act_dim, unbounded=True,
+                                conditioned_sigma=True, max_mu=float(high[0]))
+        actor = ActorProb(actor_backbone, dist, "cpu")
+        actor_optim = torch.optim.Adam(actor.parameters(), lr=1e-4)
+    if args.algo == "combo":
+        pass
+    elif args.algo == "mopo":
         critic1 = Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
         critic2 = Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
         critic1_optim = torch.optim.Adam(critic1.parameters(), lr=3e-4)
@@ -242,7 +255,9 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
                                        for _ in range(2)])
         critics_optim = torch.optim.Adam(critics.parameters(), lr=3e-4)
     lr_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(actor_optim, args.epochs)
-    if s["auto_alpha"]:
+    if args.algo == "combo":
+        alpha = (cql._target_entropy, cql._log_alpha, cql.alpha_optim)
+    elif s["auto_alpha"]:
         log_alpha = torch.zeros(1, requires_grad=True)
         alpha = (-act_dim, log_alpha, torch.optim.Adam([log_alpha], lr=1e-4))
     else:
@@ -253,8 +268,10 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
     dynamics_optim = torch.optim.Adam(dynamics_model.parameters(), lr=1e-3)
     scaler = StandardScaler()
     termination_fn = get_termination_fn(task=args.dataset)
-    if args.algo == "mopo":
-        dynamics = EnsembleDynamics(dynamics_model, dynamics_optim, scaler, termination_fn, penalty_coef=s["penalty_coef"])
+    if args.algo == "combo":  # no reward penalty (EnsembleDynamics' default penalty_coef 0)
+        dynamics = EnsembleDynamics(dynamics_model, dynamics_optim, scaler, termination_fn)
+        policy = kit_combo_policy(checkout, combo, dynamics, cql)
+    elif args.algo == "mopo":
         policy = MOPOPolicy(dynamics, actor, critic1, critic2, actor_optim, critic1_optim, critic2_optim,
                             tau=0.005, gamma=0.99, alpha=alpha)
     else:
@@ -306,7 +323,7 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
             result = evaluate_policy(lambda o: self.policy.select_action(o, deterministic=True), env,
                                      args.eval_episodes, eval_seed(args.seed, Trainer.epoch))
             with torch.no_grad():
-                if args.algo == "mopo":
+                if args.algo in ("mopo", "combo"):
                     q = torch.min(policy.critic1(q_obs, q_act), policy.critic2(q_obs, q_act))
                 else:
                     q = torch.stack([c(q_obs, q_act) for c in policy.critics]).min(0).values
@@ -322,8 +339,8 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
             return (ret - env.ref_min_score) / (env.ref_max_score - env.ref_min_score)
 
     trainer = Trainer(policy=policy, eval_env=_EvalEnv(), real_buffer=real_buffer, fake_buffer=fake_buffer,
-                      logger=logger, rollout_setting=(1000, args.rollouts, s["horizon"]), epoch=args.epochs,
-                      step_per_epoch=args.updates_per_epoch, batch_size=256, real_ratio=0.05,
+                      logger=logger, rollout_setting=(args.updates_per_epoch, args.rollouts, s["horizon"]), epoch=args.epochs,
+                      step_per_epoch=args.updates_per_epoch, batch_size=256, real_ratio=s["real_ratio"],
                       eval_episodes=args.eval_episodes, lr_scheduler=lr_scheduler)
     start = time.perf_counter()
     trainer.train()
@@ -876,16 +893,17 @@ def rambo_update_main(argv) -> None:
                 print(f"  {key:<20} {row[key]:.4g}")
 
 # ---------------------------------------------------------------------------------- COMBO, one update
-def kit_combo_policy(checkout, agent):
-    """OfflineRL-Kit's ``COMBOPolicy`` built as ``run_combo.py`` builds it (its CQL's networks, optimisers
-    and settings, from `kit_cql_policy`, so holding ``agent``'s weights), with ``agent``'s ``rho_s``; no
-    dynamics (``learn`` does not use them)."""
+def kit_combo_policy(checkout, agent, dynamics=None, cql=None):
+    """OfflineRL-Kit's ``COMBOPolicy`` built as ``run_combo.py`` builds it: its CQL's networks, optimisers
+    and settings (``cql``, Kit's ``CQLPolicy`` from `kit_cql_policy`, holding our COMBO ``agent``'s
+    weights; built here when not given), ``agent``'s ``rho_s``, and ``dynamics`` (Kit's
+    ``EnsembleDynamics``, for its rollouts; ``learn`` alone does not use them)."""
     cfg = agent.config
-    cql = kit_cql_policy(checkout, agent)  # imports the checkout
+    cql = cql if cql is not None else kit_cql_policy(checkout, agent)  # imports the checkout
     from offlinerlkit.policy import COMBOPolicy
 
-    return COMBOPolicy(None, cql.actor, cql.critic1, cql.critic2, cql.actor_optim, cql.critic1_optim, cql.critic2_optim,
-                       action_space=cql.action_space, tau=cfg.tau, gamma=cfg.gamma,
+    return COMBOPolicy(dynamics, cql.actor, cql.critic1, cql.critic2, cql.actor_optim, cql.critic1_optim,
+                       cql.critic2_optim, action_space=cql.action_space, tau=cfg.tau, gamma=cfg.gamma,
                        alpha=(cql._target_entropy, cql._log_alpha, cql.alpha_optim), cql_weight=cfg.cql_weight,
                        temperature=cfg.temperature, max_q_backup=cfg.max_q_backup,
                        deterministic_backup=cfg.deterministic_backup, with_lagrange=False,
@@ -979,7 +997,7 @@ def combo_update_main(argv) -> None:
 
 
 PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
-                   algos=("mopo", "mobile", "cql", "edac"), is_checkout=is_checkout, run=run_offlinerlkit,
+                   algos=("mopo", "mobile", "cql", "edac", "combo"), is_checkout=is_checkout, run=run_offlinerlkit,
                    script=__file__)
 
 if __name__ == "__main__":
