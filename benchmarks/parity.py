@@ -12,7 +12,14 @@ Both sides get the same arrays: the bundled dataset (``mbrl_offline.load_dataset
 holdout of 1000 rows drawn with a fixed seed (``SPLIT_SEED``), which neither side trains on. Our side
 is ``mbrl_offline.build_run`` with the algorithm's config and published generator, the preset
 ``mbrl_offline/configs/preset/<algo>-<dataset>.yaml`` where there is one, as ``mbrl-train`` runs them, with
-one generation per epoch and the dynamics seed set to the run seed (so that seeds differ on both sides).
+the dynamics seed set to the run seed (so that seeds differ on both sides). The generator's schedule
+(`scaled`) is the published one in a peer's epochs of 1000 updates, scaled to ``--updates-per-epoch``:
+one generation per epoch for MOPO, MOBILE, COMBO and RAVL; for RAMBO four, and an adversarial phase of
+as many steps as the epoch has updates at its end (1000 and 1000 at the default budget, as
+``run_rambo.py``).
+
+A model fitted on standardised observations (RAMBO's, as ``run_rambo.py`` fits it) is measured on
+the holdout standardised by the training rows' statistics (`standardised_rows`), on both sides.
 
 What each side reports, measured the same way on both:
 
@@ -126,12 +133,36 @@ def settings(algo: str, dataset_name: str) -> dict:
            "auto_alpha": p.get("auto_alpha", default.auto_alpha), "init_alpha": p.get("init_alpha", default.init_alpha),
            "penalty_coef": (rollout.get("penalty_coef", generator.rollout.penalty_coef) if algo == "mopo"
                             else p.get("penalty_coef", getattr(default, "penalty_coef", None)))}
-    out["real_ratio"] = generator.mixing.real_ratio
+    d, adversarial = generator.dynamics, generator.adversarial
+    out.update(real_ratio=generator.mixing.real_ratio, every=generator.every, retain=generator.rollout.retain_epochs,
+               dynamics={"learning_rate": d.learning_rate, "holdout_ratio": d.holdout_ratio,
+                         "logvar_bound_coef": d.logvar_bound_coef, "patience": d.patience},
+               standardise_observations=generator.standardise_observations,
+               observation_std_eps=generator.observation_std_eps,
+               adversarial={"every": adversarial.every, "steps": adversarial.steps,
+                            "coef": preset(algo, dataset_name, "generator").get("adversarial", {}).get(
+                                "coef", adversarial.coef)})
     if algo == "ravl":
         out.update(num_critics=default.num_critics, eta=default.eta)
     if algo == "combo":
         out["cql_weight"] = p.get("cql_weight", default.cql_weight)
+    if algo == "rambo":
+        out["bc_epochs"] = p.get("bc_epochs", default.bc_epochs)
     return out
+
+
+def scaled(updates: int, args) -> int:
+    """A schedule's count of updates (a generation every ``updates``, an adversarial phase's length),
+    published for epochs of 1000 updates, for the run's ``--updates-per-epoch``: at least 1."""
+    return max(1, round(updates * args.updates_per_epoch / 1000))
+
+
+def standardised_rows(rows, train):
+    """``rows`` with observations and next observations standardised by ``train``'s observations' mean
+    and std + 1e-3 (OfflineRL-Kit's ``ReplayBuffer.normalize_obs``; our ``standardised_dataset``)."""
+    mean, std = train.observations.mean(0), train.observations.std(0) + 1e-3
+    return dataclasses.replace(rows, observations=(rows.observations - mean) / std,
+                               next_observations=(rows.next_observations - mean) / std)
 
 
 def model_measures(predict, step, elites, holdout, lam: float, act_low, act_high) -> dict:
@@ -215,7 +246,10 @@ def run_ours(args) -> dict:
         return run_ours_model_free(args, agent_cls, config, train, q_rows)
     values = with_preset(dataclasses.asdict(agent_cls.published_generator()), "generator")
     values["rollout"]["rollouts_per_epoch"] = args.rollouts
-    values["every"] = args.updates_per_epoch  # one generation per epoch, as the peers' loops
+    values["every"] = scaled(values["every"], args)  # the published schedule in the run's epochs
+    if values["adversarial"]["every"] > 0:
+        values["adversarial"].update(every=scaled(values["adversarial"]["every"], args),
+                                     steps=scaled(values["adversarial"]["steps"], args))
     values["dynamics"].update(max_epochs=args.dynamics_max_epochs, seed=args.seed)
     for item in args.ours_dynamics or []:  # e.g. logvar_bounds=member: another recipe, for comparison
         key, _, value = item.partition("=")
@@ -233,6 +267,8 @@ def run_ours(args) -> dict:
                         "cpu", cache_dir=folder)  # seeds torch with args.seed first, as before
     dynamics_seconds = time.perf_counter() - start
     agent, model_ = trainer.agent, trainer.generator.dynamics
+    if generator_config.standardise_observations:  # measured in its own coordinates (module docstring)
+        model_, holdout = model_.inner, standardised_rows(holdout, train)
 
     def predict(obs, act):
         with torch.no_grad():
@@ -424,9 +460,13 @@ def report(args) -> None:
                       f"{head} (the models of the learning runs above and of runs that trained the model "
                       f"only); {machine}", ""]
         else:
-            agent = (f"{first['settings']['num_critics']} critics, eta {first['settings']['eta']}" if algo == "ravl"
-                     else f"CQL weight {first['settings']['cql_weight']}, {first['settings']['real_ratio']:.0%} real rows"
-                     if algo == "combo" else f"penalty coefficient {first['settings']['penalty_coef']}")
+            st = first["settings"]
+            agent = (f"{st['num_critics']} critics, eta {st['eta']}" if algo == "ravl"
+                     else f"CQL weight {st['cql_weight']}, {st['real_ratio']:.0%} real rows" if algo == "combo"
+                     else (f"adversarial coefficient {st['adversarial']['coef']:g} ({st['adversarial']['steps']} steps "
+                           f"every {st['adversarial']['every']} updates at 1000 updates per epoch, scaled), "
+                           f"{st['bc_epochs']} epochs of behaviour cloning first, {st['real_ratio']:.0%} real rows")
+                     if algo == "rambo" else f"penalty coefficient {st['penalty_coef']}")
             lines += [f"### {algo.upper()} on {dataset}", "",
                       f"{head}, then {b['epochs']} epochs x {b['updates_per_epoch']} updates, {b['rollouts']} rollouts "
                       f"of h = {first['settings']['horizon']} per epoch, {agent}, {b['eval_episodes']} evaluation "

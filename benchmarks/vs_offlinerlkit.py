@@ -86,7 +86,7 @@ import numpy as np
 import torch
 
 import parity
-from parity import common_data, eval_seed, model_measures, settings, weight_differences
+from parity import common_data, eval_seed, model_measures, scaled, settings, standardised_rows, weight_differences
 
 
 # ---------------------------------------------------------------------------------- OfflineRL-Kit
@@ -212,10 +212,10 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
     from offlinerlkit.dynamics import EnsembleDynamics
     from offlinerlkit.modules import ActorProb, Critic, EnsembleDynamicsModel, TanhDiagGaussian
     from offlinerlkit.nets import MLP
-    from offlinerlkit.policy import COMBOPolicy, MOBILEPolicy, MOPOPolicy
+    from offlinerlkit.policy import MOBILEPolicy, MOPOPolicy, RAMBOPolicy
     from offlinerlkit.policy_trainer import MBPolicyTrainer
     from offlinerlkit.utils.scaler import StandardScaler
-    from offlinerlkit.utils.termination_fns import get_termination_fn
+    from offlinerlkit.utils.termination_fns import get_termination_fn, obs_unnormalization
 
     from mbrl_offline.data.envs import get_env_info
     from mbrl_offline.evaluation import evaluate_policy
@@ -227,7 +227,13 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
     obs_dim, act_dim = data.obs_dim, data.act_dim
     arrays = {k: getattr(train, k) for k in ("observations", "actions", "next_observations", "rewards", "terminals")}
 
-    # run_mopo.py / run_mobile.py / run_combo.py, as far as training goes
+    # run_mopo.py / run_mobile.py / run_combo.py / run_rambo.py, as far as training goes
+    real_buffer = ReplayBuffer(buffer_size=len(train), obs_shape=(obs_dim,), obs_dtype=np.float32,
+                               action_dim=act_dim, action_dtype=np.float32, device="cpu")
+    real_buffer.load_dataset(arrays)
+    if s["standardise_observations"]:  # run_rambo.py: the buffer's observations standardised in place
+        obs_mean, obs_std = real_buffer.normalize_obs(s["observation_std_eps"])
+        holdout = standardised_rows(holdout, train)  # the model is measured in its own coordinates
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -245,7 +251,7 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
         actor_optim = torch.optim.Adam(actor.parameters(), lr=1e-4)
     if args.algo == "combo":
         pass
-    elif args.algo == "mopo":
+    elif args.algo in ("mopo", "rambo"):
         critic1 = Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
         critic2 = Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
         critic1_optim = torch.optim.Adam(critic1.parameters(), lr=3e-4)
@@ -254,7 +260,9 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
         critics = torch.nn.ModuleList([Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
                                        for _ in range(2)])
         critics_optim = torch.optim.Adam(critics.parameters(), lr=3e-4)
-    lr_scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(actor_optim, args.epochs)
+    # the actor's cosine schedule (run_mopo.py, run_mobile.py, run_combo.py; run_rambo.py has none)
+    lr_scheduler = None if args.algo == "rambo" else torch.optim.lr_scheduler.CosineAnnealingLR(actor_optim, args.epochs)
+    adversarial_steps = scaled(s["adversarial"]["steps"], args)  # RAMBO's phase: an epoch's updates
     if args.algo == "combo":
         alpha = (cql._target_entropy, cql._log_alpha, cql.alpha_optim)
     elif s["auto_alpha"]:
@@ -265,13 +273,22 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
     dynamics_model = EnsembleDynamicsModel(obs_dim=obs_dim, action_dim=act_dim, hidden_dims=[200] * 4,
                                            num_ensemble=7, num_elites=5,
                                            weight_decays=[2.5e-5, 5e-5, 7.5e-5, 7.5e-5, 1e-4], device="cpu")
-    dynamics_optim = torch.optim.Adam(dynamics_model.parameters(), lr=1e-3)
+    dynamics_optim = torch.optim.Adam(dynamics_model.parameters(), lr=s["dynamics"]["learning_rate"])
     scaler = StandardScaler()
     termination_fn = get_termination_fn(task=args.dataset)
-    if args.algo == "combo":  # no reward penalty (EnsembleDynamics' default penalty_coef 0)
+    if args.algo == "rambo":  # its dynamics in standardised coordinates, trained adversarially by the policy
+        dynamics = EnsembleDynamics(dynamics_model, dynamics_optim, scaler,
+                                    obs_unnormalization(termination_fn, obs_mean, obs_std))
+        policy = RAMBOPolicy(dynamics, actor, critic1, critic2, actor_optim, critic1_optim, critic2_optim,
+                             torch.optim.Adam(dynamics_model.parameters(), lr=3e-4), tau=0.005, gamma=0.99,
+                             alpha=alpha, adv_weight=s["adversarial"]["coef"], adv_train_steps=adversarial_steps,
+                             adv_rollout_length=s["horizon"], adv_rollout_batch_size=256, include_ent_in_adv=False,
+                             scaler=StandardScaler(mu=obs_mean, std=obs_std), device="cpu")
+    elif args.algo == "combo":  # no reward penalty (EnsembleDynamics' default penalty_coef 0)
         dynamics = EnsembleDynamics(dynamics_model, dynamics_optim, scaler, termination_fn)
         policy = kit_combo_policy(checkout, combo, dynamics, cql)
     elif args.algo == "mopo":
+        dynamics = EnsembleDynamics(dynamics_model, dynamics_optim, scaler, termination_fn, penalty_coef=s["penalty_coef"])
         policy = MOPOPolicy(dynamics, actor, critic1, critic2, actor_optim, critic1_optim, critic2_optim,
                             tau=0.005, gamma=0.99, alpha=alpha)
     else:
@@ -279,16 +296,18 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
         policy = MOBILEPolicy(dynamics, actor, critics, actor_optim, critics_optim, tau=0.005, gamma=0.99,
                               alpha=alpha, penalty_coef=s["penalty_coef"], num_samples=10,
                               deterministic_backup=True, max_q_backup=False)
-    real_buffer = ReplayBuffer(buffer_size=len(train), obs_shape=(obs_dim,), obs_dtype=np.float32,
-                               action_dim=act_dim, action_dtype=np.float32, device="cpu")
-    real_buffer.load_dataset(arrays)
-    fake_buffer = ReplayBuffer(buffer_size=args.rollouts * s["horizon"] * 5, obs_shape=(obs_dim,),
+    fake_buffer = ReplayBuffer(buffer_size=args.rollouts * s["horizon"] * s["retain"], obs_shape=(obs_dim,),
                                obs_dtype=np.float32, action_dim=act_dim, action_dtype=np.float32, device="cpu")
 
     folder = tempfile.mkdtemp(prefix="offlinerlkit-")
     logger = _Logger(folder)
+    if args.algo == "rambo":  # run_rambo.py: behaviour cloning first (bc-epoch 50, batch 256, lr 1e-4)
+        policy.pretrain(real_buffer.sample_all(), s["bc_epochs"], 256, 1e-4, logger)
     start = time.perf_counter()
-    dynamics.train(real_buffer.sample_all(), logger, max_epochs=args.dynamics_max_epochs, max_epochs_since_update=5)
+    d = s["dynamics"]
+    dynamics.train(real_buffer.sample_all(), logger, max_epochs=args.dynamics_max_epochs,
+                   max_epochs_since_update=d["patience"], holdout_ratio=d["holdout_ratio"],
+                   logvar_loss_coef=d["logvar_bound_coef"])
     dynamics_seconds = time.perf_counter() - start
     dynamics_log = [d["loss/dynamics_holdout_loss"] for d in logger.dumps]
     logger.dumps = []
@@ -311,6 +330,8 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
     if args.epochs == 0:  # the dynamics model alone
         return {"model": model, "curve": [], "dynamics_holdout_log": dynamics_log}
     q_obs = torch.as_tensor(train.observations[q_rows])
+    if s["standardise_observations"]:  # RAMBO's critics see standardised states
+        q_obs = torch.as_tensor(real_buffer.observations[q_rows])
     q_act = torch.as_tensor(train.actions[q_rows])
     h_obs, h_act = torch.as_tensor(holdout.observations), torch.as_tensor(holdout.actions)
 
@@ -323,7 +344,7 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
             result = evaluate_policy(lambda o: self.policy.select_action(o, deterministic=True), env,
                                      args.eval_episodes, eval_seed(args.seed, Trainer.epoch))
             with torch.no_grad():
-                if args.algo in ("mopo", "combo"):
+                if args.algo in ("mopo", "combo", "rambo"):
                     q = torch.min(policy.critic1(q_obs, q_act), policy.critic2(q_obs, q_act))
                 else:
                     q = torch.stack([c(q_obs, q_act) for c in policy.critics]).min(0).values
@@ -339,7 +360,9 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
             return (ret - env.ref_min_score) / (env.ref_max_score - env.ref_min_score)
 
     trainer = Trainer(policy=policy, eval_env=_EvalEnv(), real_buffer=real_buffer, fake_buffer=fake_buffer,
-                      logger=logger, rollout_setting=(args.updates_per_epoch, args.rollouts, s["horizon"]), epoch=args.epochs,
+                      logger=logger, rollout_setting=(scaled(s["every"], args), args.rollouts, s["horizon"]),
+                      dynamics_update_freq=scaled(s["adversarial"]["every"], args) if s["adversarial"]["every"] else 0,
+                      epoch=args.epochs,
                       step_per_epoch=args.updates_per_epoch, batch_size=256, real_ratio=s["real_ratio"],
                       eval_episodes=args.eval_episodes, lr_scheduler=lr_scheduler)
     start = time.perf_counter()
@@ -997,7 +1020,7 @@ def combo_update_main(argv) -> None:
 
 
 PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
-                   algos=("mopo", "mobile", "cql", "edac", "combo"), is_checkout=is_checkout, run=run_offlinerlkit,
+                   algos=("mopo", "mobile", "cql", "edac", "combo", "rambo"), is_checkout=is_checkout, run=run_offlinerlkit,
                    script=__file__)
 
 if __name__ == "__main__":

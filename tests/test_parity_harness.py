@@ -1,7 +1,9 @@
 """The parity harnesses' own parts that run without a peer's checkout: the model measurements, the
-report (table, ratios, PNG) and the command-line refusals. The peers' code itself is run by
+report (table, ratios, PNG) and the command-line refusals; with ``MBRL_OFFLINE_OFFLINERLKIT`` set, Kit's
+side of the COMBO and RAMBO learning runs at a tiny budget. The peers' code itself is run by
 ``benchmarks/vs_offlinerlkit.py`` and ``vs_official.py --learn`` (docs/parity.md)."""
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -85,7 +87,8 @@ def test_harnesses_refuse_bad_input_in_one_line(script, args, message, tmp_path)
 
 
 @pytest.mark.parametrize("script, algo", [("vs_offlinerlkit.py", "mobile"), ("vs_official.py", "ravl"),
-                                          ("vs_offlinerlkit.py", "cql"), ("vs_offlinerlkit.py", "combo")])
+                                          ("vs_offlinerlkit.py", "cql"), ("vs_offlinerlkit.py", "combo"),
+                                          ("vs_offlinerlkit.py", "rambo")])
 def test_our_side_runs_end_to_end_at_a_tiny_budget(script, algo, tmp_path):
     """Our side of each harness (the library as train.py composes it), on pendulum-medium: a 1-epoch
     model, then 1 agent epoch of 20 updates; the result file holds the model measures and the curve
@@ -103,6 +106,33 @@ def test_our_side_runs_end_to_end_at_a_tiny_budget(script, algo, tmp_path):
         assert run["model"] is None and run["settings"]["model_free"] and run["agent_config"]["cql_weight"] == 5.0
         return
     assert run["model"]["epochs"] == 1 and run["dynamics_config"]["max_epochs"] == 1
+
+
+KIT = os.environ.get("MBRL_OFFLINE_OFFLINERLKIT")  # a checkout of yihaosun1124/OfflineRL-Kit, or unset
+
+
+@pytest.mark.skipif(not KIT, reason="set MBRL_OFFLINE_OFFLINERLKIT to a checkout of yihaosun1124/OfflineRL-Kit")
+@pytest.mark.parametrize("algo", ["combo", "rambo"])
+def test_kits_side_learns_at_a_tiny_budget(algo, tmp_path):
+    """Kit's side of the learning harness (``run_combo.py``'s / ``run_rambo.py``'s objects under
+    ``MBPolicyTrainer``) on hopper-medium: a 1-epoch model, then 2 agent epochs of 20 updates with the
+    published schedule scaled to them (a generation every epoch; RAMBO: every 5 updates, and an
+    adversarial phase of 20 steps each epoch), measured as ours are: the settings both sides share, a
+    finite curve, and RAMBO's model measured in its standardised coordinates."""
+    done = subprocess.run([sys.executable, str(BENCHMARKS / "vs_offlinerlkit.py"), "--offlinerlkit", KIT,
+                           "--algo", algo, "--sides", "offlinerlkit", "--seeds", "0", "--dynamics-max-epochs", "1",
+                           "--epochs", "2", "--updates-per-epoch", "20", "--rollouts", "200", "--eval-episodes", "1",
+                           "--jobs", "1", "--results", str(tmp_path)], capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = json.loads((tmp_path / f"{algo}-hopper-medium-seed0-offlinerlkit.json").read_text())
+    assert run["settings"]["real_ratio"] == 0.5
+    assert [c["epoch"] for c in run["curve"]] == [1, 2]
+    assert all(np.isfinite([c["q_mean"], c["rollout_reward_mean"], c["normalized_score"]]).all() for c in run["curve"])
+    if algo == "combo":
+        assert run["settings"]["cql_weight"] == 5.0 and not run["settings"]["standardise_observations"]
+    else:
+        assert run["settings"]["standardise_observations"] and run["settings"]["adversarial"]["coef"] == 3e-4
+        assert run["model"]["holdout_mse_elites"] < 0.1
 
 
 def test_report_of_a_model_free_algorithm_has_no_model_rows(tmp_path):
