@@ -16,7 +16,21 @@ of them terminated. mjrl's ``MLP`` policy (2 x 64 tanh, log-std -0.25, floor -1)
 same paths (ours as rows labelled with ``path`` and ``step``, shuffled) and the baseline's fit the same
 permutation (mjrl draws it with ``np.random.permutation``; the same seed gives it to ours).
 
-Printed: the largest absolute difference, and that relative to the largest value, of the returns, the
+    python benchmarks/vs_mjrl.py --mjrl /path/to/mjrl --dynamics [--dataset hopper-medium] [--seed 123]
+
+``--dynamics`` (`dynamics_side_by_side`) fits the official MOReL models and ours on the same arrays (the
+parity harnesses' common split of the bundled dataset: `parity.common_data`) and measures both sides the
+same way: ``run_morel.py``'s 4 ``WorldModel``s (``configs/d4rl_hopper_medium.txt``: 2 x 512 ReLU,
+residual, Adam 1e-3, batches of 256, 25 epochs, seeds seed + i; ``fit_dynamics`` on all the training
+rows, the last epoch kept) against our MOReL's published model (the ``"morel"`` recipe: 4 members of
+the same size, 1000 rows held out, each member's best holdout snapshot) with the dynamics seed set to
+``--seed``. Per side: each member's next-state MSE on the common holdout; the USAD threshold as
+``run_morel.py`` computes it (the largest disagreement max_{i<j} |s'_i - s'_j|_2 over the training rows,
+divided by the pessimism coefficient 3); and the share of the holdout's states that each side's
+detector calls unknown, with their dataset actions and with uniformly random actions. The official
+hopper data also scales the velocities by 0.02 (``obs_mask``); both sides here get the raw arrays.
+
+Printed for the NPG update: the largest absolute difference, and that relative to the largest value, of the returns, the
 advantages, the step size alpha, the new policy parameters, the policy's step (new - old parameters)
 and the fitted baseline's parameters, and (for scale) the difference between our step in float32 and
 the same step in float64, over ``--iterations`` successive
@@ -28,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import sys
 import types
 from pathlib import Path
@@ -188,6 +203,68 @@ def speed(checkout: Path, paths_per_update: int = 200, horizon: int = 700, repea
     return {"ours": statistics.median(ours), "official": statistics.median(theirs), "samples": samples}
 
 
+def dynamics_side_by_side(checkout: Path, dataset: str = "hopper-medium", seed: int = 123, members: int = 4,
+                          epochs: int = 25, pessimism_coef: float = 3.0) -> dict[str, dict]:
+    """The official MOReL models and ours fitted on the same training rows and measured alike (module
+    docstring): per side, the members' holdout MSE of the next state, the fit's seconds, the USAD
+    threshold and the shares of holdout states called unknown."""
+    import time
+
+    import parity
+    from mbrl_offline.algorithms import get_algorithm
+    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
+    from mbrl_offline.models.uncertainty import max_pairwise_distance
+
+    import_mjrl(checkout)
+    from mjrl.algos.mbrl.nn_dynamics import WorldModel
+
+    data, train, holdout, _ = parity.common_data(dataset)
+    s, a, sp = train.observations, train.actions, train.next_observations
+    rng = np.random.default_rng(seed)
+    random_actions = rng.uniform(-1.0, 1.0, size=holdout.actions.shape).astype(np.float32)
+
+    def measures(next_states, seconds: float) -> dict:
+        """``next_states(obs, act)``: every member's predicted next states ``(members, B, obs_dim)``."""
+        def disagreement(obs, act):
+            out = []
+            for start in range(0, len(obs), 65536):
+                states = torch.as_tensor(next_states(obs[start:start + 65536], act[start:start + 65536]))
+                out.append(max_pairwise_distance(torch.cat([states, torch.zeros_like(states[..., :1])], -1)))
+            return torch.cat(out)
+
+        threshold = disagreement(s, a).max().item() / pessimism_coef
+        held = torch.as_tensor(next_states(holdout.observations, holdout.actions))
+        mse = ((held - torch.as_tensor(holdout.next_observations)) ** 2).mean(dim=(1, 2))
+        return {"holdout_mse": mse.tolist(), "seconds": seconds, "threshold": threshold,
+                "unknown_data_actions": (disagreement(holdout.observations, holdout.actions) > threshold).float().mean().item(),
+                "unknown_random_actions": (disagreement(holdout.observations, random_actions) > threshold).float().mean().item()}
+
+    # the official models, as run_morel.py builds and fits them
+    start = time.perf_counter()
+    models = [WorldModel(state_dim=data.obs_dim, act_dim=data.act_dim, hidden_size=(512, 512), seed=seed + i,
+                         fit_lr=1e-3, fit_wd=0.0, activation="relu", residual=True) for i in range(members)]
+    for model in models:
+        model.fit_dynamics(s, a, sp, fit_mb_size=256, fit_epochs=epochs, max_steps=1e8)
+    official = measures(lambda obs, act: np.stack([m.predict(obs, act) for m in models]), time.perf_counter() - start)
+
+    # ours: MOReL's published model
+    config = dataclasses.replace(get_algorithm("morel")[0].published_generator().dynamics, seed=seed,
+                                 max_epochs=epochs, ensemble_size=members, num_elites=members)
+    torch.manual_seed(seed)
+    start = time.perf_counter()
+    ours_model = GaussianEnsembleDynamics(data.obs_dim, data.act_dim, config)
+    ours_model.fit(train, progress=False)
+
+    def our_next_states(obs, act):
+        with torch.no_grad():
+            obs = torch.as_tensor(obs)
+            mean, _ = ours_model.predict(obs, torch.as_tensor(act))
+        return (obs + mean[..., :-1]).numpy()
+
+    ours = measures(our_next_states, time.perf_counter() - start)
+    return {"official": official, "ours": ours}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mjrl", required=True, type=Path, help="a checkout of aravindr93/mjrl, branch v2")
@@ -198,6 +275,10 @@ def main(argv=None) -> int:
     parser.add_argument("--speed", action="store_true",
                         help="instead: NPG updates per second on both sides, on 200 paths of up to 700 steps")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (with --speed)")
+    parser.add_argument("--dynamics", action="store_true",
+                        help="instead: the official MOReL models and ours fitted on the same data, measured alike")
+    parser.add_argument("--dataset", default="hopper-medium", help="with --dynamics: the bundled dataset")
+    parser.add_argument("--epochs", type=int, default=25, help="with --dynamics: the models' training epochs")
     args = parser.parse_args(argv)
     if not (args.mjrl / "mjrl" / "algos" / "npg_cg.py").is_file():
         parser.exit(2, "error: --mjrl must name a checkout of github.com/aravindr93/mjrl (branch v2, with "
@@ -210,6 +291,25 @@ def main(argv=None) -> int:
               f"{rates['samples']} samples per update")
         print(f"NPG updates/s: official {rates['official']:.3f}, ours {rates['ours']:.3f}, "
               f"ours / official {rates['ours'] / rates['official']:.2f}x")
+        return 0
+    if args.dynamics:
+        torch.set_num_threads(1)
+        seed = 123 if args.seed == 0 else args.seed  # run_morel.py's seed unless another is given
+        result = dynamics_side_by_side(args.mjrl, args.dataset, seed, epochs=args.epochs)
+        import throughput
+        print(f"{args.dataset}, seed {seed}, {args.epochs} epochs; cpu: {throughput.cpu_name()}; 1 thread; "
+              f"torch {torch.__version__}")
+        print("| measure | official MOReL (mjrl) | ours |")
+        print("|---|---|---|")
+        rows = [("next-state MSE on the common holdout, per member",
+                 lambda r: ", ".join(f"{v:.4g}" for v in r["holdout_mse"])),
+                ("next-state MSE, mean over members", lambda r: f"{np.mean(r['holdout_mse']):.4g}"),
+                ("USAD threshold (largest disagreement on the training rows / 3)", lambda r: f"{r['threshold']:.4g}"),
+                ("holdout states called unknown, dataset actions", lambda r: f"{r['unknown_data_actions']:.2%}"),
+                ("holdout states called unknown, uniform random actions", lambda r: f"{r['unknown_random_actions']:.2%}"),
+                ("fit, seconds", lambda r: f"{r['seconds']:.0f}")]
+        for name, get in rows:
+            print(f"| {name} | {get(result['official'])} | {get(result['ours'])} |")
         return 0
     torch.set_num_threads(1)
     results = compare(args.mjrl, args.iterations, args.paths, args.horizon, args.seed)

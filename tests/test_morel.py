@@ -275,7 +275,33 @@ def test_npg_update_gae_and_baseline_match_the_official_mjrl_code():
         assert result["policy step"][1] < 5e-3  # float32 CG: a few times the float32-vs-float64 gap
 
 
-@pytest.mark.parametrize("extra", [[], ["--speed"]])
+@pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),
+                    reason="set MBRL_OFFLINE_MJRL to a checkout of aravindr93/mjrl, branch v2")
+def test_the_dynamics_side_by_side_measures_both_sides_alike():
+    """benchmarks/vs_mjrl.py --dynamics at 1 epoch: run_morel.py's 4 WorldModels and our MOReL model on
+    the same rows; both predict hopper-medium's next states far better than the state itself does, their
+    thresholds are positive, and no more than a few holdout states with their own actions are unknown."""
+    import os
+    import sys
+    from pathlib import Path
+
+    import numpy as np
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import parity
+    from vs_mjrl import dynamics_side_by_side
+
+    result = dynamics_side_by_side(Path(os.environ["MBRL_OFFLINE_MJRL"]), epochs=1)
+    _, _, holdout, _ = parity.common_data("hopper-medium")
+    unchanged = float(((holdout.next_observations - holdout.observations) ** 2).mean())
+    for side in ("official", "ours"):
+        r = result[side]
+        assert len(r["holdout_mse"]) == 4 and max(r["holdout_mse"]) < 0.2 * unchanged
+        assert r["threshold"] > 0 and r["unknown_data_actions"] < 0.1
+        assert np.isfinite(r["unknown_random_actions"])
+
+
+@pytest.mark.parametrize("extra", [[], ["--speed"], ["--dynamics"]])
 def test_the_mjrl_side_by_side_refuses_a_folder_that_is_not_its_checkout(extra, tmp_path):
     import os
     import subprocess
