@@ -211,9 +211,17 @@ def eval_seed(seed: int, epoch: int) -> int:
 
 
 def yaml_value(text: str):
-    """A command-line value as YAML reads it (``member``, ``10.0``, ``null``)."""
+    """A command-line value as YAML reads it (``member``, ``10.0``, ``null``), and a number written
+    without a dot (``1e-4``, which YAML 1.1 reads as a string) as the float the command line's own
+    parser reads."""
     import yaml
-    return yaml.safe_load(text)
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
 
 
 # ------------------------------------------------------------------------------------------- ours

@@ -157,3 +157,10 @@ def test_report_of_a_model_free_algorithm_has_no_model_rows(tmp_path):
     assert "ours-per-repeat: lse_mode=per_repeat" in text
     assert "| normalised score, epoch 5 | 15 | 25 | 15 | 1.67 |" in text
     assert "holdout" not in text and "dynamics" not in text and "rollout" not in text
+
+
+def test_command_line_values_read_as_the_settings_parser_reads_them():
+    """``--ours-algo actor_lr=1e-4``: YAML 1.1 reads 1e-4 as a string; the harness reads a float."""
+    assert parity.yaml_value("1e-4") == 1e-4 and parity.yaml_value("10.0") == 10.0
+    assert parity.yaml_value("member") == "member" and parity.yaml_value("null") is None
+    assert parity.yaml_value("false") is False and parity.yaml_value("5") == 5
