@@ -19,7 +19,7 @@ as many steps as the epoch has updates at its end (1000 and 1000 at the default 
 ``run_rambo.py``).
 
 A model fitted on standardised observations (RAMBO's, as ``run_rambo.py`` fits it) is measured on
-the holdout standardised by the training rows' statistics (`standardised_rows`), on both sides.
+the holdout standardised by each side's own statistics of the training rows (`standardised_rows`).
 
 What each side reports, measured the same way on both:
 
@@ -157,12 +157,19 @@ def scaled(updates: int, args) -> int:
     return max(1, round(updates * args.updates_per_epoch / 1000))
 
 
-def standardised_rows(rows, train):
-    """``rows`` with observations and next observations standardised by ``train``'s observations' mean
-    and std + 1e-3 (OfflineRL-Kit's ``ReplayBuffer.normalize_obs``; our ``standardised_dataset``)."""
-    mean, std = train.observations.mean(0), train.observations.std(0) + 1e-3
+def standardised_rows(rows, mean, std):
+    """``rows`` with observations and next observations standardised by a side's own statistics (Kit's
+    ``ReplayBuffer.normalize_obs``, our ``StandardisedDynamics``: the training rows' mean and std + eps)."""
+    mean, std = np.asarray(mean, dtype=np.float32), np.asarray(std, dtype=np.float32)
     return dataclasses.replace(rows, observations=(rows.observations - mean) / std,
                                next_observations=(rows.next_observations - mean) / std)
+
+
+def mean_min_q(agent, observations: torch.Tensor, actions: torch.Tensor) -> float:
+    """Our agent's mean of min_j Q_j(s, a) over the probe rows, the states normalised as the agent
+    normalises them (CQL's and COMBO's CORL normalisation, RAMBO's standardisation; none elsewhere)."""
+    normalise = getattr(agent, "normalise", lambda obs: obs)
+    return agent.critic(normalise(observations), actions).min(dim=0).values.mean().item()
 
 
 def model_measures(predict, step, elites, holdout, lam: float, act_low, act_high) -> dict:
@@ -276,7 +283,7 @@ def run_ours(args) -> dict:
     dynamics_seconds = time.perf_counter() - start
     agent, model_ = trainer.agent, trainer.generator.dynamics
     if generator_config.standardise_observations:  # measured in its own coordinates (module docstring)
-        model_, holdout = model_.inner, standardised_rows(holdout, train)
+        model_, holdout = model_.inner, standardised_rows(holdout, model_.obs_mean.cpu(), model_.obs_std.cpu())
 
     def predict(obs, act):
         with torch.no_grad():
@@ -301,12 +308,11 @@ def run_ours(args) -> dict:
     q_act = torch.as_tensor(train.actions[q_rows])
     h_obs, h_act = torch.as_tensor(holdout.observations), torch.as_tensor(holdout.actions)
     extras: list[dict] = []
-    normalise = getattr(agent, "normalise", lambda obs: obs)  # COMBO (CQL's update) keeps CORL's, off by default
 
     class Measure:
         def on_eval(self, trainer, epoch, result):
             with torch.no_grad():
-                extra = {"q_mean": agent.critic(normalise(q_obs), q_act).min(dim=0).values.mean().item()}
+                extra = {"q_mean": mean_min_q(agent, q_obs, q_act)}
                 if args.algo == "mobile":
                     penalty = agent.bellman_uncertainty(h_obs, h_act)
                     extra.update(penalty_mean=penalty.mean().item(), penalty_std=penalty.std().item())
@@ -340,7 +346,6 @@ def run_ours_model_free(args, agent_cls, config, train, q_rows) -> dict:
                                       checkpoint_every=max(args.epochs, 1)),
                         "cpu", cache_dir=folder)  # seeds torch with args.seed first
     agent = trainer.agent
-    normalise = getattr(agent, "normalise", lambda obs: obs)  # CQL keeps CORL's state normalisation inside
     q_obs = torch.as_tensor(train.observations[q_rows])
     q_act = torch.as_tensor(train.actions[q_rows])
     extras: list[dict] = []
@@ -348,7 +353,7 @@ def run_ours_model_free(args, agent_cls, config, train, q_rows) -> dict:
     class Measure:
         def on_eval(self, trainer, epoch, result):
             with torch.no_grad():
-                extras.append({"q_mean": agent.critic(normalise(q_obs), q_act).min(dim=0).values.mean().item()})
+                extras.append({"q_mean": mean_min_q(agent, q_obs, q_act)})
 
     trainer.callbacks.append(Measure())
     start = time.perf_counter()

@@ -233,7 +233,7 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
     real_buffer.load_dataset(arrays)
     if s["standardise_observations"]:  # run_rambo.py: the buffer's observations standardised in place
         obs_mean, obs_std = real_buffer.normalize_obs(s["observation_std_eps"])
-        holdout = standardised_rows(holdout, train)  # the model is measured in its own coordinates
+        holdout = standardised_rows(holdout, obs_mean, obs_std)  # the model is measured in its own coordinates
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
@@ -249,20 +249,17 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
                                 conditioned_sigma=True, max_mu=float(high[0]))
         actor = ActorProb(actor_backbone, dist, "cpu")
         actor_optim = torch.optim.Adam(actor.parameters(), lr=1e-4)
-    if args.algo == "combo":
-        pass
-    elif args.algo in ("mopo", "rambo"):
+    if args.algo in ("mopo", "rambo"):
         critic1 = Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
         critic2 = Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
         critic1_optim = torch.optim.Adam(critic1.parameters(), lr=3e-4)
         critic2_optim = torch.optim.Adam(critic2.parameters(), lr=3e-4)
-    else:
+    elif args.algo == "mobile":
         critics = torch.nn.ModuleList([Critic(MLP(input_dim=obs_dim + act_dim, hidden_dims=hidden), "cpu")
                                        for _ in range(2)])
         critics_optim = torch.optim.Adam(critics.parameters(), lr=3e-4)
     # the actor's cosine schedule (run_mopo.py, run_mobile.py, run_combo.py; run_rambo.py has none)
     lr_scheduler = None if args.algo == "rambo" else torch.optim.lr_scheduler.CosineAnnealingLR(actor_optim, args.epochs)
-    adversarial_steps = scaled(s["adversarial"]["steps"], args)  # RAMBO's phase: an epoch's updates
     if args.algo == "combo":
         alpha = (cql._target_entropy, cql._log_alpha, cql.alpha_optim)
     elif s["auto_alpha"]:
@@ -281,7 +278,8 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
                                     obs_unnormalization(termination_fn, obs_mean, obs_std))
         policy = RAMBOPolicy(dynamics, actor, critic1, critic2, actor_optim, critic1_optim, critic2_optim,
                              torch.optim.Adam(dynamics_model.parameters(), lr=3e-4), tau=0.005, gamma=0.99,
-                             alpha=alpha, adv_weight=s["adversarial"]["coef"], adv_train_steps=adversarial_steps,
+                             alpha=alpha, adv_weight=s["adversarial"]["coef"],
+                             adv_train_steps=scaled(s["adversarial"]["steps"], args),  # an epoch's updates
                              adv_rollout_length=s["horizon"], adv_rollout_batch_size=256, include_ent_in_adv=False,
                              scaler=StandardScaler(mu=obs_mean, std=obs_std), device="cpu")
     elif args.algo == "combo":  # no reward penalty (EnsembleDynamics' default penalty_coef 0)
@@ -344,7 +342,7 @@ def run_offlinerlkit(args, checkout: Path) -> dict:
             result = evaluate_policy(lambda o: self.policy.select_action(o, deterministic=True), env,
                                      args.eval_episodes, eval_seed(args.seed, Trainer.epoch))
             with torch.no_grad():
-                if args.algo in ("mopo", "combo", "rambo"):
+                if hasattr(policy, "critic1"):  # MOPO's, COMBO's and RAMBO's two critics; MOBILE's list
                     q = torch.min(policy.critic1(q_obs, q_act), policy.critic2(q_obs, q_act))
                 else:
                     q = torch.stack([c(q_obs, q_act) for c in policy.critics]).min(0).values
