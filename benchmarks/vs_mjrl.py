@@ -203,23 +203,64 @@ def speed(checkout: Path, paths_per_update: int = 200, horizon: int = 700, repea
     return {"ours": statistics.median(ours), "official": statistics.median(theirs), "samples": samples}
 
 
+OFFICIAL_VARIANTS = ("official", "our-statistics", "our-rows")
+
+
+def our_training_rows(config, dataset) -> np.ndarray:
+    """The rows of ``dataset`` our members train on: the fit's first draw from its seeded generator is
+    the holdout split (`GaussianEnsembleDynamics.fit`, `mbrl_offline.models.fitting.split_holdout`)."""
+    from mbrl_offline.models.fitting import split_holdout
+
+    if dataset.metadata.get("inferred_next_observations") or config.skip_timeouts:
+        raise ValueError("our_training_rows follows a fit that keeps every row")
+    generator = torch.Generator().manual_seed(config.seed)
+    train_idx, _ = split_holdout(len(dataset), config.holdout_ratio, config.max_holdout, config.batch_size,
+                                 generator, torch.device("cpu"))
+    return np.sort(train_idx.numpy())
+
+
+def fit_with_our_statistics(model, s: np.ndarray, a: np.ndarray, sp: np.ndarray, epochs: int) -> None:
+    """mjrl's ``WorldModel.fit_dynamics`` with our model's statistics in place of its own: inputs
+    standardised by their mean and unbiased std (mjrl: mean absolute deviation), targets (s' - s) divided
+    by the observations' std with no shift (mjrl: the change's mean and mean absolute deviation). The
+    network, the loss, the optimiser and mjrl's ``fit_model`` loop are mjrl's."""
+    from mjrl.algos.mbrl.nn_dynamics import fit_model
+
+    s, a, sp = (torch.as_tensor(x, dtype=torch.float32) for x in (s, a, sp))
+    s_std = s.std(0).clamp_min(1e-6)
+    net = model.dynamics_net
+    net.set_transformations(s.mean(0), s_std, a.mean(0), a.std(0).clamp_min(1e-6), torch.zeros(s.shape[1]), s_std)
+    net._apply_out_transforms = False  # learn in the transformed space, as fit_dynamics does
+    fit_model(net, (s, a), (sp - s) / (s_std + 1e-8), model.dynamics_opt, model.dynamics_loss, 256, epochs,
+              max_steps=1e8)
+    net._apply_out_transforms = True
+
+
 def dynamics_side_by_side(checkout: Path, dataset: str = "hopper-medium", seed: int = 123, members: int = 4,
-                          epochs: int = 25, pessimism_coef: float = 3.0) -> dict[str, dict]:
+                          epochs: int = 25, pessimism_coef: float = 3.0, official_variant: str = "official",
+                          sides: tuple[str, ...] = ("official", "ours")) -> dict[str, dict]:
     """The official MOReL models and ours fitted on the same training rows and measured alike (module
     docstring): per side, the members' holdout MSE of the next state, the fit's seconds, the USAD
-    threshold and the shares of holdout states called unknown."""
+    threshold and the shares of holdout states called unknown. ``official_variant`` changes one thing
+    on the official side, to attribute a gap: "our-statistics" (`fit_with_our_statistics`) or
+    "our-rows" (only the rows our members train on, without the 1000 they hold out)."""
     import time
 
     import parity
     from mbrl_offline.algorithms import get_algorithm
+    from mbrl_offline.errors import ConfigError
     from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
     from mbrl_offline.models.uncertainty import max_pairwise_distance
 
+    if official_variant not in OFFICIAL_VARIANTS:
+        raise ConfigError(f"unknown official variant '{official_variant}'; choose one of {', '.join(OFFICIAL_VARIANTS)}.")
     import_mjrl(checkout)
     from mjrl.algos.mbrl.nn_dynamics import WorldModel
 
     data, train, holdout, _ = parity.common_data(dataset)
     s, a, sp = train.observations, train.actions, train.next_observations
+    config = dataclasses.replace(get_algorithm("morel")[0].published_generator().dynamics, seed=seed,
+                                 max_epochs=epochs, ensemble_size=members, num_elites=members)
     rng = np.random.default_rng(seed)
     random_actions = rng.uniform(-1.0, 1.0, size=holdout.actions.shape).astype(np.float32)
 
@@ -239,17 +280,23 @@ def dynamics_side_by_side(checkout: Path, dataset: str = "hopper-medium", seed: 
                 "unknown_data_actions": (disagreement(holdout.observations, holdout.actions) > threshold).float().mean().item(),
                 "unknown_random_actions": (disagreement(holdout.observations, random_actions) > threshold).float().mean().item()}
 
-    # the official models, as run_morel.py builds and fits them
-    start = time.perf_counter()
-    models = [WorldModel(state_dim=data.obs_dim, act_dim=data.act_dim, hidden_size=(512, 512), seed=seed + i,
-                         fit_lr=1e-3, fit_wd=0.0, activation="relu", residual=True) for i in range(members)]
-    for model in models:
-        model.fit_dynamics(s, a, sp, fit_mb_size=256, fit_epochs=epochs, max_steps=1e8)
-    official = measures(lambda obs, act: np.stack([m.predict(obs, act) for m in models]), time.perf_counter() - start)
+    out = {}
+    if "official" in sides:  # the official models, as run_morel.py builds and fits them
+        start = time.perf_counter()
+        models = [WorldModel(state_dim=data.obs_dim, act_dim=data.act_dim, hidden_size=(512, 512), seed=seed + i,
+                             fit_lr=1e-3, fit_wd=0.0, activation="relu", residual=True) for i in range(members)]
+        rows = our_training_rows(config, train) if official_variant == "our-rows" else slice(None)
+        for model in models:
+            if official_variant == "our-statistics":
+                fit_with_our_statistics(model, s, a, sp, epochs)
+            else:
+                model.fit_dynamics(s[rows], a[rows], sp[rows], fit_mb_size=256, fit_epochs=epochs, max_steps=1e8)
+        out["official"] = measures(lambda obs, act: np.stack([m.predict(obs, act) for m in models]),
+                                   time.perf_counter() - start)
+    if "ours" not in sides:
+        return out
 
     # ours: MOReL's published model
-    config = dataclasses.replace(get_algorithm("morel")[0].published_generator().dynamics, seed=seed,
-                                 max_epochs=epochs, ensemble_size=members, num_elites=members)
     torch.manual_seed(seed)
     start = time.perf_counter()
     ours_model = GaussianEnsembleDynamics(data.obs_dim, data.act_dim, config)
@@ -261,8 +308,8 @@ def dynamics_side_by_side(checkout: Path, dataset: str = "hopper-medium", seed: 
             mean, _ = ours_model.predict(obs, torch.as_tensor(act))
         return (obs + mean[..., :-1]).numpy()
 
-    ours = measures(our_next_states, time.perf_counter() - start)
-    return {"official": official, "ours": ours}
+    out["ours"] = measures(our_next_states, time.perf_counter() - start)
+    return out
 
 
 def main(argv=None) -> int:
@@ -279,6 +326,11 @@ def main(argv=None) -> int:
                         help="instead: the official MOReL models and ours fitted on the same data, measured alike")
     parser.add_argument("--dataset", default="hopper-medium", help="with --dynamics: the bundled dataset")
     parser.add_argument("--epochs", type=int, default=25, help="with --dynamics: the models' training epochs")
+    parser.add_argument("--official-variant", default="official", choices=OFFICIAL_VARIANTS,
+                        help="with --dynamics: one change on the official side (our-statistics: our inputs' and "
+                             "targets' scales; our-rows: without the 1000 rows our members hold out)")
+    parser.add_argument("--sides", nargs="+", default=["official", "ours"], choices=["official", "ours"],
+                        help="with --dynamics: the sides fitted")
     args = parser.parse_args(argv)
     if not (args.mjrl / "mjrl" / "algos" / "npg_cg.py").is_file():
         parser.exit(2, "error: --mjrl must name a checkout of github.com/aravindr93/mjrl (branch v2, with "
@@ -295,12 +347,14 @@ def main(argv=None) -> int:
     if args.dynamics:
         torch.set_num_threads(1)
         seed = 123 if args.seed == 0 else args.seed  # run_morel.py's seed unless another is given
-        result = dynamics_side_by_side(args.mjrl, args.dataset, seed, epochs=args.epochs)
+        result = dynamics_side_by_side(args.mjrl, args.dataset, seed, epochs=args.epochs,
+                                       official_variant=args.official_variant, sides=tuple(args.sides))
         import throughput
-        print(f"{args.dataset}, seed {seed}, {args.epochs} epochs; cpu: {throughput.cpu_name()}; 1 thread; "
-              f"torch {torch.__version__}")
-        print("| measure | official MOReL (mjrl) | ours |")
-        print("|---|---|---|")
+        print(f"{args.dataset}, seed {seed}, {args.epochs} epochs, official side: {args.official_variant}; "
+              f"cpu: {throughput.cpu_name()}; 1 thread; torch {torch.__version__}")
+        names = {"official": "official MOReL (mjrl)", "ours": "ours"}
+        print("| measure | " + " | ".join(names[side] for side in result) + " |")
+        print("|---" * (len(result) + 1) + "|")
         rows = [("next-state MSE on the common holdout, per member",
                  lambda r: ", ".join(f"{v:.4g}" for v in r["holdout_mse"])),
                 ("next-state MSE, mean over members", lambda r: f"{np.mean(r['holdout_mse']):.4g}"),
@@ -309,7 +363,7 @@ def main(argv=None) -> int:
                 ("holdout states called unknown, uniform random actions", lambda r: f"{r['unknown_random_actions']:.2%}"),
                 ("fit, seconds", lambda r: f"{r['seconds']:.0f}")]
         for name, get in rows:
-            print(f"| {name} | {get(result['official'])} | {get(result['ours'])} |")
+            print(f"| {name} | " + " | ".join(get(r) for r in result.values()) + " |")
         return 0
     torch.set_num_threads(1)
     results = compare(args.mjrl, args.iterations, args.paths, args.horizon, args.seed)

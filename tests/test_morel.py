@@ -301,6 +301,56 @@ def test_the_dynamics_side_by_side_measures_both_sides_alike():
         assert np.isfinite(r["unknown_random_actions"])
 
 
+def test_the_rows_the_mjrl_harness_gives_the_official_side_are_the_rows_our_fit_trains_on(monkeypatch):
+    """vs_mjrl.py's "our-rows" variant: `our_training_rows` reproduces the holdout split of our fit."""
+    import sys
+    from pathlib import Path
+
+    import mbrl_offline.models.dynamics as dynamics_module
+    from mbrl_offline.data import OfflineDataset
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from vs_mjrl import our_training_rows
+
+    rng = np.random.default_rng(0)
+    n = 1500
+    obs = rng.normal(size=(n, 3)).astype(np.float32)
+    data = OfflineDataset(observations=obs, actions=rng.uniform(-1, 1, (n, 1)).astype(np.float32),
+                          rewards=rng.normal(size=n).astype(np.float32),
+                          next_observations=obs + 0.1 * rng.normal(size=(n, 3)).astype(np.float32),
+                          terminals=np.zeros(n, bool), timeouts=np.zeros(n, bool), env_name="pendulum")
+    config = DynamicsConfig(ensemble_size=2, num_elites=2, hidden_size=8, hidden_layers=1, weight_decay=(), max_epochs=1,
+                            holdout_ratio=0.2, max_holdout=100, seed=7)
+    seen = []
+    real = dynamics_module.split_holdout
+    monkeypatch.setattr(dynamics_module, "split_holdout", lambda *a, **k: seen.append(real(*a, **k)) or seen[-1])
+    GaussianEnsembleDynamics(3, 1, config).fit(data, progress=False)
+    rows = our_training_rows(config, data)
+    assert len(rows) == n - 100 and np.array_equal(rows, np.sort(seen[0][0].numpy()))
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),
+                    reason="set MBRL_OFFLINE_MJRL to a checkout of aravindr93/mjrl, branch v2")
+@pytest.mark.parametrize("variant", ["our-statistics", "our-rows"])
+def test_the_official_side_variants_still_predict_next_states(variant):
+    """vs_mjrl.py --dynamics --official-variant at 1 epoch, the official side alone: mjrl's WorldModels
+    with our statistics, or on our members' rows, predict hopper-medium's next states far better than
+    the state itself does."""
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    import parity
+    from vs_mjrl import dynamics_side_by_side
+
+    result = dynamics_side_by_side(Path(os.environ["MBRL_OFFLINE_MJRL"]), epochs=1, official_variant=variant,
+                                   sides=("official",))
+    _, _, holdout, _ = parity.common_data("hopper-medium")
+    unchanged = float(((holdout.next_observations - holdout.observations) ** 2).mean())
+    assert list(result) == ["official"] and max(result["official"]["holdout_mse"]) < 0.2 * unchanged
+
+
 @pytest.mark.parametrize("extra", [[], ["--speed"], ["--dynamics"]])
 def test_the_mjrl_side_by_side_refuses_a_folder_that_is_not_its_checkout(extra, tmp_path):
     import os
