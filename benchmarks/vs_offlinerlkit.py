@@ -1,10 +1,10 @@
-"""Our MOPO, MOBILE, CQL, EDAC and COMBO against OfflineRL-Kit's own code, learning side by side on the same
+"""Our MOPO, MOBILE, CQL, EDAC, COMBO and RAMBO against OfflineRL-Kit's own code, learning side by side on the same
 arrays; our CQL's update against Kit's ``CQLPolicy.learn``, our COMBO's against its ``COMBOPolicy.learn``,
 our EDAC's against Kit's ``EDACPolicy`` and our RAMBO's adversarial steps against its ``RAMBOPolicy``,
 from the same weights, batches and draws.
 
     git clone https://github.com/yihaosun1124/OfflineRL-Kit /path/to/OfflineRL-Kit
-    python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile cql edac combo \\
+    python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo mopo mobile cql edac combo rambo \\
         --dataset hopper-medium halfcheetah-medium --seeds 0 1 2 [--jobs 2] [--results runs/parity]
     python benchmarks/vs_offlinerlkit.py --offlinerlkit /path/to/OfflineRL-Kit --algo cql --sides ours \\
         --ours-algo lse_mode=per_repeat --label ours-per-repeat ...   # ours with Kit's log-sum-exp, beside
