@@ -34,6 +34,9 @@ class Run:
     steps: list[int]  # gradient updates at each evaluation
     scores: list[float]  # normalised score at each evaluation
     label: str = ""  # the curve and table row it belongs to; the algorithm unless set
+    # the last evaluation's value at risk and conditional value at risk of the normalised scores (None in
+    # logs written before the library recorded them), at the run's trainer.risk_level
+    final_risk: Optional[tuple[float, float]] = None
 
     def __post_init__(self):
         self.label = self.label or self.info["algorithm"]
@@ -98,7 +101,11 @@ def read_run(path: Path, label: str = "") -> Run:
     except LogError as exc:
         raise ReportError(str(exc)) from None
     evaluated = [r for r in records if "eval" in r]
-    return Run(path, info, [r["step"] for r in evaluated], [r["eval"]["normalized_score"] for r in evaluated], label)
+    last = evaluated[-1]["eval"] if evaluated else {}
+    risk = ((float(last["normalized_score_var"]), float(last["normalized_score_cvar"]))
+            if "normalized_score_var" in last and "normalized_score_cvar" in last else None)
+    return Run(path, info, [r["step"] for r in evaluated], [r["eval"]["normalized_score"] for r in evaluated], label,
+               risk)
 
 
 def find_runs(paths: list[str | Path]) -> tuple[list[Run], list[SweepSummary]]:
@@ -193,6 +200,24 @@ def score_table(runs: list[Run]) -> str:
         lines.append(f"| {dataset} | {label} | {group[0].info.get('dataset_score', math.nan):.1f} | {seeds} | "
                      f"{_mean_std(finals)} | {_mean_std(last10)} | {updates_text} |")
     return "\n".join(lines)
+
+
+def risk_table(runs: list[Run]) -> str:
+    """Markdown: per dataset and algorithm, the last evaluation's value at risk and conditional value at
+    risk of the normalised scores (mean ± std over seeds; `mbrl_offline.evaluation.risk_measures`) at
+    the runs' risk level alpha, beside the mean; empty when no run recorded them."""
+    lines = ["| dataset | algorithm | seeds | alpha | final mean | final VaR | final CVaR |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for (dataset, label), group in group_runs(runs).items():
+        measured = [r for r in group if r.scores and r.final_risk is not None]
+        if not measured:
+            continue
+        levels = sorted({float(r.info.get("trainer", {}).get("risk_level", 0.1)) for r in measured})
+        alpha = ", ".join(f"{level:g}" for level in levels)
+        lines.append(f"| {dataset} | {label} | {len(measured)} | {alpha} | "
+                     f"{_mean_std([r.scores[-1] for r in measured])} | {_mean_std([r.final_risk[0] for r in measured])} | "
+                     f"{_mean_std([r.final_risk[1] for r in measured])} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 # ------------------------------------------------------------------------------------------ curves
@@ -326,7 +351,15 @@ def _write_report(runs: list[Run], sweeps: list[SweepSummary], out_dir: Path, co
         lines += ["## Final normalised scores", "",
                   "Per dataset and algorithm: the last evaluation (final) and the mean of the last ten evaluations "
                   "(last 10) of each run, as mean ± std over seeds; `data` is the dataset's own mean score.", "",
-                  score_table(runs), "", "## Learning curves", ""]
+                  score_table(runs), ""]
+        risks = risk_table(runs)
+        if risks:
+            lines += ["## The lower tail of the final evaluation", "",
+                      "Per dataset and algorithm, each run's last evaluation: the value at risk (the alpha-quantile of "
+                      "its episodes' normalised scores) and the conditional value at risk (the mean of the worst alpha "
+                      "share of them) beside their mean, as mean ± std over seeds; alpha is the runs' "
+                      "`trainer.risk_level`.", "", risks, ""]
+        lines += ["## Learning curves", ""]
         lines += [f"![{p.stem}]({p.name})" for p in plot_curves(runs, out_dir)] + [""]
     for index, sweep in enumerate(sweeps):
         lines.append(sweep_section(sweep, out_dir, index))

@@ -99,6 +99,9 @@ class TrainerConfig:
     updates_per_epoch: int = 1000
     eval_every: int = 1  # epochs between evaluations; the last epoch is always evaluated
     eval_episodes: int = 10  # deterministic-policy episodes per evaluation
+    # The risk level alpha of each evaluation's value at risk and conditional value at risk of the
+    # returns (`mbrl_offline.evaluation.risk_measures`): the share of worst episodes looked at.
+    risk_level: float = 0.1
     checkpoint_every: int = 1  # epochs between checkpoints; the last epoch always gets one
     seed: int = 0
     run_dir: str = "runs/run"
@@ -113,6 +116,7 @@ class TrainerConfig:
         require_nonnegative(self, "seed", section="trainer")
         # inf turns the guard off; NaN or a bound <= 0 would stop every run at its first epoch
         require_in_range(self, "divergence_q", 0.0, low_open=True, finite=False, section="trainer")
+        require_in_range(self, "risk_level", 0.0, 1.0, low_open=True, high_open=True, section="trainer")
         if not isinstance(self.run_dir, (str, Path)) or not str(self.run_dir).strip():
             raise ConfigError(f"trainer.run_dir = {self.run_dir!r} must name a folder, e.g. trainer.run_dir=runs/my-run.")
 
@@ -330,7 +334,8 @@ class Trainer:
     def evaluate(self, episodes: int) -> dict:
         """The deterministic episode policy in the real env; seeds depend on the run seed and the epoch only."""
         seed = int(np.random.SeedSequence([self.config.seed, self.epoch]).generate_state(1)[0] % 2**31)
-        return evaluate_policy(self.agent.episode_policy(deterministic=True), self.env, episodes, seed)
+        return evaluate_policy(self.agent.episode_policy(deterministic=True), self.env, episodes, seed,
+                               self.config.risk_level)
 
     def summary(self) -> dict:
         """Final and last-ten mean normalised scores (as OfflineRL-Kit reports), never only the best."""
