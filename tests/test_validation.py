@@ -53,6 +53,7 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (TrainerConfig, "epochs", 0), (TrainerConfig, "updates_per_epoch", 0), (TrainerConfig, "eval_every", 0),
     (TrainerConfig, "eval_episodes", 0), (TrainerConfig, "checkpoint_every", 0), (TrainerConfig, "seed", -1),
     (TrainerConfig, "run_dir", ""), (TrainerConfig, "divergence_q", 0.0), (TrainerConfig, "divergence_q", NAN),
+    (TrainerConfig, "risk_level", 0.0), (TrainerConfig, "risk_level", 1.0), (TrainerConfig, "risk_level", NAN),
     (RolloutConfig, "horizon", 0), (RolloutConfig, "rollouts_per_epoch", 0), (RolloutConfig, "retain_epochs", 0),
     (RolloutConfig, "member", "episode"), (RolloutConfig, "penalty", "mopo"), (RolloutConfig, "penalty_coef", -0.5),
     (RolloutConfig, "planner", "cem"), (RolloutConfig, "halt", "threshold"), (RolloutConfig, "pessimism_coef", 0.0),
