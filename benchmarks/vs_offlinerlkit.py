@@ -603,17 +603,21 @@ def kit_weights(policy) -> dict[str, torch.Tensor]:
         layers = [[m for m in c.backbone.model if isinstance(m, torch.nn.Linear)] + [c.last] for c in (c1, c2)]
         return [t for a, b in zip(*layers) for t in (torch.stack([a.weight.t(), b.weight.t()]),
                                                      torch.stack([a.bias, b.bias])[:, None])]
-    return {"actor": torch.cat([t.detach().flatten() for t in actor]),
-            "critic": torch.cat([t.detach().flatten() for t in critics(policy.critic1, policy.critic2)]),
-            "target_critic": torch.cat([t.detach().flatten() for t in critics(policy.critic1_old, policy.critic2_old)]),
-            "log_alpha": policy._log_alpha.detach().flatten().clone(),
-            "log_alpha_prime": policy.cql_log_alpha.detach().flatten().clone()}
+    out = {"actor": torch.cat([t.detach().flatten() for t in actor]),
+           "critic": torch.cat([t.detach().flatten() for t in critics(policy.critic1, policy.critic2)]),
+           "target_critic": torch.cat([t.detach().flatten() for t in critics(policy.critic1_old, policy.critic2_old)]),
+           "log_alpha": policy._log_alpha.detach().flatten().clone()}
+    if hasattr(policy, "cql_log_alpha"):  # CQL's and COMBO's alpha'
+        out["log_alpha_prime"] = policy.cql_log_alpha.detach().flatten().clone()
+    return out
 
 
 def our_weights(agent) -> dict[str, torch.Tensor]:
-    return {name: torch.cat([p.detach().flatten() for p in getattr(agent, name).parameters()])
-            for name in ("actor", "critic", "target_critic")} | {"log_alpha": agent.log_alpha.detach().flatten().clone(),
-                                                                 "log_alpha_prime": agent.log_alpha_prime.detach().flatten().clone()}
+    out = {name: torch.cat([p.detach().flatten() for p in getattr(agent, name).parameters()])
+           for name in ("actor", "critic", "target_critic")} | {"log_alpha": agent.log_alpha.detach().flatten().clone()}
+    if hasattr(agent, "log_alpha_prime"):
+        out["log_alpha_prime"] = agent.log_alpha_prime.detach().flatten().clone()
+    return out
 
 
 def cql_batches(count: int, rows: int = 256, seed: int = 0):
@@ -1017,6 +1021,82 @@ def combo_update_main(argv) -> None:
                     f"{row[c]:.6g}" if isinstance(row[c], float) else str(row.get(c, "")) for c in columns) + " |")
 
 
+# ---------------------------------------------------------------------------------- RAMBO's agent (Kit's SAC)
+def sac_side_by_side(checkout, update_order: str = "offlinerlkit_sac", updates: int = 3, bc_epochs: int = 1,
+                     seed: int = 0, rows: int = 256) -> list[dict]:
+    """Our RAMBO agent (``update_order``) beside OfflineRL-Kit's ``SACPolicy.learn``, which its
+    ``RAMBOPolicy.learn`` and ``MOPOPolicy.learn`` run on the real and model rows put together: Kit's
+    ``ActorProb`` and two ``Critic``s (2 x 256) holding our agent's weights after ``bc_epochs`` of its
+    behaviour cloning on hopper-medium, alpha from the same log alpha, Kit's learning rates, the same
+    batches (raw rows to ours, which standardises them inside; the same rows standardised by our agent's
+    statistics to Kit, whose buffer is standardised in place) and the same torch seed before each
+    side's update. Per update: the largest weight differences of the actor, the critics and the target
+    critics beside the largest step Kit's update took, and alpha and the losses on each side."""
+    import_offlinerlkit(Path(checkout))
+    from offlinerlkit.policy import SACPolicy
+
+    from mbrl_offline.algorithms.rambo import RAMBO, RAMBOConfig
+
+    data, train, _, _ = common_data("hopper-medium")
+    torch.manual_seed(seed)
+    agent = RAMBO.for_dataset(train, RAMBOConfig(bc_epochs=bc_epochs, update_order=update_order))
+    cfg = agent.config
+    actor, critics, _ = kit_actor_and_critics(agent)
+    log_alpha = torch.full((1,), agent.log_alpha.item(), requires_grad=True)
+    kit = SACPolicy(actor, critics[0], critics[1], torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr),
+                    torch.optim.Adam(critics[0].parameters(), lr=cfg.critic_lr),
+                    torch.optim.Adam(critics[1].parameters(), lr=cfg.critic_lr), tau=cfg.tau, gamma=cfg.gamma,
+                    alpha=(agent.target_entropy, log_alpha, torch.optim.Adam([log_alpha], lr=cfg.alpha_lr)))
+
+
+    generator = np.random.default_rng(seed)
+    results = []
+    for step in range(updates):
+        index = generator.integers(0, len(train), rows)
+        batch = {k: torch.as_tensor(getattr(train, k)[index]) for k in
+                 ("observations", "actions", "next_observations", "rewards", "terminals")}
+        batch["terminals"] = batch["terminals"].float()
+        kit_batch = {**batch, "observations": agent.normalise(batch["observations"]),
+                     "next_observations": agent.normalise(batch["next_observations"]),
+                     "rewards": batch["rewards"][:, None], "terminals": batch["terminals"][:, None]}
+        before = kit_weights(kit)  # flattened, in our layout (the actor's heads as one, the critics stacked)
+        torch.manual_seed(seed + 1 + step)
+        kit_out = kit.learn(kit_batch)
+        torch.manual_seed(seed + 1 + step)
+        ours = agent.update(batch)
+        theirs, mine = kit_weights(kit), our_weights(agent)
+        row = {"alpha": (float(ours["alpha"]), kit_out["alpha"]),
+               "actor loss": (float(ours["actor_loss"]), kit_out["loss/actor"]),
+               "critic loss (sum of both)": (float(ours["critic_loss"]), kit_out["loss/critic1"] + kit_out["loss/critic2"])}
+        for group in theirs:
+            row[f"{group}: max |ours - Kit| / Kit's step"] = ((mine[group] - theirs[group]).abs().max().item(),
+                                                             (theirs[group] - before[group]).abs().max().item())
+        results.append(row)
+    return results
+
+
+def sac_update_main(argv) -> None:
+    import argparse
+    from mbrl_offline.algorithms.sac import UPDATE_ORDERS
+
+    parser = argparse.ArgumentParser(description="our RAMBO agent's update against OfflineRL-Kit's SACPolicy.learn")
+    parser.add_argument("--sac-update", action="store_true")
+    parser.add_argument("--offlinerlkit", required=True, help="a checkout of github.com/yihaosun1124/OfflineRL-Kit")
+    parser.add_argument("--updates", type=int, default=3)
+    parser.add_argument("--bc-epochs", type=int, default=1, help="our behaviour cloning before the first update")
+    parser.add_argument("--update-order", nargs="+", default=["offlinerlkit_sac", "official"], choices=UPDATE_ORDERS)
+    args = parser.parse_args(argv)
+    if not is_checkout(Path(args.offlinerlkit)):
+        parser.exit(2, "error: --offlinerlkit must name a checkout of github.com/yihaosun1124/OfflineRL-Kit; clone it "
+                       "and pass its path.\n")
+    torch.set_num_threads(1)
+    for order in args.update_order:
+        print(f"update_order={order} (ours), OfflineRL-Kit's SACPolicy.learn, hopper-medium, "
+              f"{args.bc_epochs} epoch(s) of behaviour cloning first")
+        for step, row in enumerate(sac_side_by_side(args.offlinerlkit, order, args.updates, args.bc_epochs), 1):
+            print(f"  update {step}: " + "; ".join(f"{k} {a:.6g} / {b:.6g}" for k, (a, b) in row.items()))
+
+
 PEER = parity.Peer(side="offlinerlkit", option="--offlinerlkit", repository="github.com/yihaosun1124/OfflineRL-Kit",
                    algos=("mopo", "mobile", "cql", "edac", "combo", "rambo"), is_checkout=is_checkout, run=run_offlinerlkit,
                    script=__file__)
@@ -1030,5 +1110,7 @@ if __name__ == "__main__":
         edac_update_main(sys.argv[1:])
     elif "--rambo-update" in sys.argv[1:]:
         rambo_update_main(sys.argv[1:])
+    elif "--sac-update" in sys.argv[1:]:
+        sac_update_main(sys.argv[1:])
     else:
         parity.main(PEER, __doc__.split("\n")[0])

@@ -4,6 +4,7 @@ OfflineRL-Kit's), the initialisations, the alpha cap, RAVL as EDAC with RAVL's d
 checkout of OfflineRL-Kit is named by ``MBRL_OFFLINE_OFFLINERLKIT``, one update against Kit's own
 ``EDACPolicy`` from the same weights and batch (``benchmarks/vs_offlinerlkit.py --edac-update``)."""
 import copy
+import itertools
 import math
 import os
 import sys
@@ -32,7 +33,9 @@ def reference_update(agent: EDAC, batch: dict, order: str) -> None:
     trainer (``lifelong_rl/trainers/q_learning/sac.py``: every loss from the networks before the update,
     then the alpha, policy and critic steps), "corl" as CORL's ``edac.py`` (alpha, then the actor with
     the new alpha, then the critics), "offlinerlkit" as Kit's ``EDACPolicy.learn`` (the actor with the
-    old alpha, then alpha, then the critics)."""
+    old alpha, then alpha, then the critics), "offlinerlkit_sac" as Kit's ``SACPolicy.learn`` (the
+    critics towards the target of the actor and alpha before the update, then the actor against the
+    stepped critics, then alpha)."""
     cfg = agent.config
     obs, actions = batch["observations"], batch["actions"]
 
@@ -41,6 +44,27 @@ def reference_update(agent: EDAC, batch: dict, order: str) -> None:
             next_actions, next_log_pi = agent.actor(batch["next_observations"])
             next_q = agent.target_critic(batch["next_observations"], next_actions).min(0).values - alpha * next_log_pi
             return batch["rewards"] + cfg.gamma * (1 - batch["terminals"].float()) * next_q
+
+    def critic_step(y):
+        q = agent.critic(obs, actions)
+        critic_loss = (q - y).pow(2).mean(1).sum() + cfg.eta * corl_diversity(agent.critic, obs, actions)
+        agent.critic_optim.zero_grad()
+        critic_loss.backward()
+        agent.critic_optim.step()
+
+    if order == "offlinerlkit_sac":
+        critic_step(target(agent.alpha))
+        new_actions, log_pi = agent.actor(obs)
+        policy_loss = (agent.alpha * log_pi - agent.critic(obs, new_actions).min(0).values).mean()
+        agent.actor_optim.zero_grad()
+        policy_loss.backward()
+        agent.actor_optim.step()
+        alpha_loss = -(agent.log_alpha * (log_pi + agent.target_entropy).detach()).mean()
+        agent.alpha_optim.zero_grad()
+        alpha_loss.backward()
+        agent.alpha_optim.step()
+        soft_update(agent.target_critic, agent.critic, cfg.tau)
+        return
 
     new_actions, log_pi = agent.actor(obs)
     alpha_before = agent.alpha
@@ -57,11 +81,7 @@ def reference_update(agent: EDAC, batch: dict, order: str) -> None:
     agent.actor_optim.step()
     if order != "official":
         y = target(agent.alpha)
-    q = agent.critic(obs, actions)
-    critic_loss = (q - y).pow(2).mean(1).sum() + cfg.eta * corl_diversity(agent.critic, obs, actions)
-    agent.critic_optim.zero_grad()
-    critic_loss.backward()
-    agent.critic_optim.step()
+    critic_step(y)
     soft_update(agent.target_critic, agent.critic, cfg.tau)
 
 
@@ -96,7 +116,7 @@ def test_the_orders_differ():
         for _ in range(3):
             copied.update(batch)
         after[order] = parameters(copied)
-    for one, other in (("official", "corl"), ("official", "offlinerlkit"), ("corl", "offlinerlkit")):
+    for one, other in itertools.combinations(UPDATE_ORDERS, 2):
         difference = max((a - b).abs().max().item() for a, b in zip(after[one], after[other]))
         assert difference > 1e-6, (one, other, difference)
 

@@ -380,11 +380,29 @@ def test_adversarial_steps_match_offlinerlkits(coef):
         assert row["param_max_diff"] < 1e-2 * row["param_max_step"]
 
 
-def test_the_side_by_side_script_refuses_a_folder_that_is_not_offlinerlkits_checkout():
+@needs_kit
+def test_the_agents_update_is_offlinerlkits_sac_update():
+    """Three updates of our RAMBO agent (its default order, Kit's ``SACPolicy.learn``'s) and of Kit's
+    ``SACPolicy.learn`` (which ``RAMBOPolicy.learn`` runs on the real and model rows together) from the
+    same weights after behaviour cloning, batches and draws: the same weights to float32 rounding,
+    where the earlier default order ("official") ends as far from Kit's as Kit's own steps are long."""
+    assert RAMBOConfig().update_order == "offlinerlkit_sac"
+    for row in benchmarks().sac_side_by_side(KIT, "offlinerlkit_sac", updates=3):
+        for key, (ours, theirs) in row.items():
+            if key.endswith("Kit's step"):
+                assert ours < 1e-6 and theirs > 1e-6, (key, ours, theirs)
+            else:
+                assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-6), key
+    last = benchmarks().sac_side_by_side(KIT, "official", updates=3)[-1]
+    assert last["actor: max |ours - Kit| / Kit's step"][0] > last["actor: max |ours - Kit| / Kit's step"][1]
+
+
+@pytest.mark.parametrize("flag", ["--rambo-update", "--sac-update"])
+def test_the_side_by_side_script_refuses_a_folder_that_is_not_offlinerlkits_checkout(flag):
     import subprocess
 
     root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, str(root / "benchmarks" / "vs_offlinerlkit.py"), "--rambo-update",
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "vs_offlinerlkit.py"), flag,
                            "--offlinerlkit", "/nonexistent"], capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(root)}, timeout=120)
     assert done.returncode == 2 and done.stderr.startswith("error: --offlinerlkit must name a checkout of"), done.stderr

@@ -52,7 +52,7 @@ def test_train_then_evaluate(tmp_path, device):
     ("budget=slow", "error: unknown budget 'slow'. Known: paper, quick."),
     ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac, edac-official, offlinerlkit, corl-cql."),
     ("algo=edac algo.eta=-1", "error: algo.eta must be at least 0, got -1.0."),
-    ("algo=edac algo.update_order=rlkit", "error: algo.update_order must be one of corl, official, offlinerlkit, got 'rlkit'."),
+    ("algo=edac algo.update_order=rlkit", "error: algo.update_order must be one of corl, official, offlinerlkit, offlinerlkit_sac, got 'rlkit'."),
     ("algo=edac algo.alpha_max=0", "error: algo.alpha_max must be above 0, got 0.0."),
     ("algo=edac preset=edac-hopper-medium env=walker2d", "error: that preset holds the settings published for "
                                                           "hopper-medium, not for env walker2d; use env=hopper"),

@@ -15,8 +15,11 @@ Per update, in the order of CORL's EDAC and the official RAVL code (``update_ord
 
 ``update_order="official"`` (the official EDAC code's) computes every loss from the networks as they
 were before the update: the actor's with alpha before its step, the critics' target with the actor
-and alpha before theirs. ``update_order="offlinerlkit"`` (OfflineRL-Kit's SAC and EDAC) takes the
-actor's loss with alpha before its step and the target after both steps. ``alpha_max`` caps the alpha
+and alpha before theirs. ``update_order="offlinerlkit"`` (OfflineRL-Kit's EDAC) takes the
+actor's loss with alpha before its step and the target after both steps. ``update_order="offlinerlkit_sac"``
+(OfflineRL-Kit's ``SACPolicy.learn``, which its MOPO and RAMBO run) steps the critics first, towards the
+target from the actor and alpha before the update, then the actor against the stepped critics with the
+alpha before its step, then alpha; its draws come in Kit's order (a' for the target, then the actor's). ``alpha_max`` caps the alpha
 the losses use (OfflineRL-Kit: 1).
 
 Every E[.] above is a mean over the batch's rows; a batch with per-row loss weights (``weights``, from
@@ -110,7 +113,7 @@ def critic_losses(q: torch.Tensor, action_grad: Optional[torch.Tensor], target: 
     return td, diversity, (d_q, d_grad)
 
 
-UPDATE_ORDERS = ("corl", "official", "offlinerlkit")  # SACConfig.update_order
+UPDATE_ORDERS = ("corl", "official", "offlinerlkit", "offlinerlkit_sac")  # SACConfig.update_order
 
 
 @dataclass
@@ -135,8 +138,11 @@ class SACConfig:
     cuda_graph: bool = True  # on a CUDA device, record the update once and replay it as a CUDA graph (see `SAC`)
     # Which networks each loss reads (`UPDATE_ORDERS`): "corl" (CORL's and RAVL's order: alpha, then the
     # actor with the new alpha, then the critics' target from the updated actor and alpha), "official"
-    # (the official EDAC code's: every loss from the networks as they were before the update) or
-    # "offlinerlkit" (the actor with the alpha before its step, the target from the updated actor and alpha).
+    # (the official EDAC code's: every loss from the networks as they were before the update),
+    # "offlinerlkit" (OfflineRL-Kit's EDACPolicy: the actor with the alpha before its step, the target from
+    # the updated actor and alpha) or "offlinerlkit_sac" (OfflineRL-Kit's SACPolicy, under its MOPO and
+    # RAMBO: the critics first, their target from the actor and alpha before the update, then the actor
+    # against the stepped critics with the alpha before its step).
     update_order: str = "corl"
     alpha_max: Optional[float] = None  # the losses use min(alpha, alpha_max) (OfflineRL-Kit's SAC and EDAC: 1); None: no cap
 
@@ -255,11 +261,13 @@ class SAC(CriticValue, FeedForwardAgent):
         obs, actions = batch["observations"], batch["actions"]
         weights = row_weights(batch)  # per-row loss weights (B,), or None for plain means
         cfg = self.config
+        order = cfg.update_order
+        if order == "offlinerlkit_sac":  # the critics first, their target from the actor and alpha as they are
+            q, td_loss, diversity = self._critic_step(batch, self.critic_target(batch, self.alpha), weights)
 
         # Actor (and alpha from the same sample), with hand-written gradients: no autograd graph.
         new_actions, log_prob, actor_backward = self.actor.sample_with_backward(obs)
         rows = len(log_prob)
-        order = cfg.update_order
         if order != "corl":
             alpha = self.alpha  # the actor's loss reads the alpha before this update's step
             if order == "official":  # ... and so does the critics' target, with the actor before its step
@@ -281,20 +289,10 @@ class SAC(CriticValue, FeedForwardAgent):
             actor_backward(q_new_grad.mul_(weights.unsqueeze(-1)).neg_(), alpha * weights)
         self.actor_optim.step()
 
-        # Critics: the losses' gradients in q and in the action gradients, by hand (`critic_losses`),
-        # then one backward through the critic ensemble.
-        if order != "official":  # the target from the updated actor and alpha
+        if order in ("corl", "offlinerlkit"):  # the target from the updated actor and alpha
             target = self.critic_target(batch, self.alpha)
-        if cfg.eta > 0:
-            q, action_grad = self.critic.q_and_action_gradient(obs, actions)
-            outputs = (q, action_grad)
-        else:
-            q, action_grad = self.critic(obs, actions), None
-            outputs = (q,)
-        td_loss, diversity, output_grads = critic_losses(q.detach(), action_grad, target, cfg.eta, weights)
-        self.critic_optim.zero_grad(set_to_none=True)
-        torch.autograd.backward(outputs, output_grads)
-        self.critic_optim.step()
+        if order != "offlinerlkit_sac":
+            q, td_loss, diversity = self._critic_step(batch, target, weights)
 
         soft_update(self.target_critic, self.critic, cfg.tau)
 
@@ -308,6 +306,24 @@ class SAC(CriticValue, FeedForwardAgent):
             "q_std": q.std(dim=0).mean() if cfg.num_critics > 1 else torch.zeros((), device=self.device),
             "entropy": -log_prob.mean(),
         }
+
+    def _critic_step(self, batch: dict[str, torch.Tensor], target: torch.Tensor,
+                     weights: Optional[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step of the critics towards ``target``: the losses' gradients in q and in the action
+        gradients, by hand (`critic_losses`), then one backward through the critic ensemble. Returns
+        the critics' q ``(N, B)`` and the TD and diversity losses."""
+        obs, actions = batch["observations"], batch["actions"]
+        if self.config.eta > 0:
+            q, action_grad = self.critic.q_and_action_gradient(obs, actions)
+            outputs = (q, action_grad)
+        else:
+            q, action_grad = self.critic(obs, actions), None
+            outputs = (q,)
+        td_loss, diversity, output_grads = critic_losses(q.detach(), action_grad, target, self.config.eta, weights)
+        self.critic_optim.zero_grad(set_to_none=True)
+        torch.autograd.backward(outputs, output_grads)
+        self.critic_optim.step()
+        return q, td_loss, diversity
 
     def on_epoch_end(self, epoch: int, total_epochs: int) -> None:
         """Called by the trainer after each epoch: with ``actor_lr_cosine`` the actor's learning rate
