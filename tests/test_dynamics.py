@@ -486,3 +486,34 @@ def test_early_stopping_snapshots_improving_members_and_lowers_the_rate_once_bef
     assert stop.step(3, torch.tensor([0.5, 1.0, 1.0])) == "lower_lr"  # patience out before min_epochs
     assert [stop.step(e, torch.ones(3)) for e in (4, 5)] == ["continue", "stop"]
     assert select_elites(torch.tensor([0.3, 0.1, 0.2]), 2).tolist() == [1, 2]
+
+
+def test_mjrls_statistics_scale_inputs_and_targets_by_their_mean_absolute_deviation():
+    """statistics="mean_absolute_deviation" (MOReL's recipe, mjrl's WorldModel): inputs (x - mean) /
+    (MAD + 1e-8) and, with normalise_outputs, targets (y - mean_y) / (MAD_y + 1e-8), both from the
+    training rows; a member that outputs 0 predicts the targets' mean in raw units."""
+    from mbrl_offline.models.fitting import split_holdout
+
+    data = linear_gaussian_data(n=600)
+    config = DynamicsConfig(ensemble_size=2, num_elites=2, hidden_size=8, hidden_layers=1, weight_decay=(),
+                            max_epochs=1, normalise_outputs=True, statistics="mean_absolute_deviation", loss="mse",
+                            logvar_bounds="fixed", seed=3)
+    model = GaussianEnsembleDynamics(data.obs_dim, data.act_dim, config)
+    model.fit(data, progress=False)
+    train_idx, _ = split_holdout(len(data), config.holdout_ratio, config.max_holdout, config.batch_size,
+                                 torch.Generator().manual_seed(config.seed), torch.device("cpu"))
+    rows = train_idx.numpy()
+    inputs = np.concatenate([data.observations, data.actions], 1)[rows].astype(np.float64)
+    targets = np.concatenate([data.next_observations - data.observations, data.rewards[:, None]], 1)[rows]
+    for values, shift, scale in ((inputs, model.input_mean, model.input_std),
+                                 (targets.astype(np.float64), model.output_shift, model.output_scale)):
+        mad = np.abs(values - values.mean(0)).mean(0)
+        np.testing.assert_allclose(shift.numpy(), values.mean(0), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(scale.numpy(), mad + 1e-8, rtol=1e-5)
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.zero_()
+        mean, _ = model.predict(torch.as_tensor(data.observations[:5]), torch.as_tensor(data.actions[:5]))
+    np.testing.assert_allclose(mean.numpy(), np.broadcast_to(targets.mean(0), mean.shape), rtol=1e-5, atol=1e-6)
+    from mbrl_offline.models.dynamics import dynamics_recipe
+    assert dynamics_recipe("morel").statistics == "mean_absolute_deviation"

@@ -93,7 +93,7 @@ BOOTSTRAP = ("every_epoch", "once", "none")
 LOGVAR_BOUNDS = ("member", "shared", "fixed")
 INITS = ("trunc_normal", "uniform")
 VARIANCE_HEADS = ("logvar", "log_std")
-STATISTICS = ("train_unbiased", "all_population")
+STATISTICS = ("train_unbiased", "all_population", "mean_absolute_deviation")
 LOSSES = ("sum_members", "mean_nll", "mse")
 OPTIMIZERS = ("adam_l2", "adamw")
 ACTIVATIONS = {"silu": nn.functional.silu, "leaky_relu": nn.functional.leaky_relu,  # leaky_relu: slope 0.01
@@ -151,8 +151,11 @@ class DynamicsConfig:
     # The members predict normalised targets [(s' - s) / std_s, (r - mean_r) / std_r] (with the
     # observations' statistics, as NEUBAY's s'_norm - s_norm); predict/step return raw units.
     normalise_outputs: bool = False
-    # The normalisers' statistics: "train_unbiased" (training rows, unbiased std, floored at 1e-6) or
-    # "all_population" (every row before the holdout split, population std, a std < 1e-12 becomes 1: NEUBAY).
+    # The normalisers' statistics: "train_unbiased" (training rows, unbiased std, floored at 1e-6),
+    # "all_population" (every row before the holdout split, population std, a std < 1e-12 becomes 1: NEUBAY)
+    # or "mean_absolute_deviation" (training rows, every scale a mean absolute deviation + 1e-8, and with
+    # normalise_outputs the targets shifted by their own mean and scaled by their own deviation: MOReL's
+    # mjrl WorldModel).
     statistics: str = "train_unbiased"
     # "sum_members": mean over rows and outputs of logvar + (y - mu)^2 / var, summed over members (plus the
     # bound penalty); "mean_nll": the Gaussian NLL with its constants, 1/2 log 2 pi + log sigma +
@@ -263,17 +266,18 @@ DYNAMICS_RECIPES = {
     # MOReL's deterministic models (aravindr93/mjrl v2, mjrl/algos/mbrl/nn_dynamics.py with
     # projects/morel/configs/d4rl_hopper_medium.txt): 4 members of 2 x 512 ReLU units, squared error of
     # the mean next-state change, Adam at 1e-3 without weight decay, batch 256, every member its own
-    # shuffle of all rows, 25 epochs. Here the reward is one more output (the official code uses a
-    # hand-written reward function, for hopper only), the targets are normalised by the observations'
-    # std (the official: the change's mean and mean absolute deviation), 1000 rows are held out to log
-    # the error (the official: none; patience 25 never stops the 25 epochs early) and every member is
-    # an elite (the official uses all four).
+    # shuffle of all rows, 25 epochs, inputs and targets (the state change) shifted by their means and
+    # divided by their mean absolute deviations (statistics="mean_absolute_deviation"). Here the reward
+    # is one more output (the official code uses a hand-written reward function, for hopper only), 1000
+    # rows are held out to log the error and keep each member's best snapshot (the official: none;
+    # patience 25 never stops the 25 epochs early), the statistics come from the training rows (the
+    # official: every row) and every member is an elite (the official uses all four).
     "morel": dict(ensemble_size=4, num_elites=4, hidden_size=512, hidden_layers=2, activation="relu", layer_norm=False,
                   learning_rate=1e-3, weight_decay=(), logvar_bound_coef=0.0, logvar_bounds="fixed",
                   logvar_min=-10.0, logvar_max=0.5, init_truncation=None, batch_size=256, holdout_ratio=0.2,
                   max_holdout=1000, bootstrap="none", max_epochs=25, min_epochs=0, patience=25,
                   improvement_threshold=0.01, input_clip=None, init="uniform", normalise_outputs=True,
-                  loss="mse"),
+                  statistics="mean_absolute_deviation", loss="mse"),
 }
 
 # The settings added for NEUBAY's posterior, with their defaults: a config that leaves them at these
@@ -606,12 +610,20 @@ class GaussianEnsembleDynamics(nn.Module):
             std = torch.where(std < 1e-12, torch.ones_like(std), std)
             reward_mean, reward_std = targets[:, -1].mean(), targets[:, -1].std(correction=0)
             reward_std = torch.where(reward_std < 1e-12, torch.ones_like(reward_std), reward_std)
+        elif cfg.statistics == "mean_absolute_deviation":  # mjrl's WorldModel.fit_dynamics: x / (MAD + 1e-8)
+            mean = inputs[train_idx].mean(0)
+            std = (inputs[train_idx] - mean).abs().mean(0) + 1e-8
         else:
             mean, std = inputs[train_idx].mean(0), inputs[train_idx].std(0).clamp_min(1e-6)
             reward_mean, reward_std = targets[train_idx, -1].mean(), targets[train_idx, -1].std().clamp_min(1e-6)
         self.input_mean.copy_(mean)
         self.input_std.copy_(std)
-        if cfg.normalise_outputs:  # [(s' - s) / std_s, (r - mean_r) / std_r]
+        if cfg.normalise_outputs and cfg.statistics == "mean_absolute_deviation":  # (y - mean_y) / (MAD_y + 1e-8)
+            target_mean = targets[train_idx].mean(0)
+            self.output_shift.copy_(target_mean)
+            self.output_scale.copy_((targets[train_idx] - target_mean).abs().mean(0) + 1e-8)
+            targets = (targets - self.output_shift) / self.output_scale
+        elif cfg.normalise_outputs:  # [(s' - s) / std_s, (r - mean_r) / std_r]
             self.output_shift.zero_()[-1] = reward_mean
             self.output_scale.copy_(torch.cat([std[:self.obs_dim], reward_std[None]]))
             targets = (targets - self.output_shift) / self.output_scale
