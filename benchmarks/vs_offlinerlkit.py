@@ -1029,15 +1029,15 @@ def sac_side_by_side(checkout, update_order: str = "offlinerlkit_sac", updates: 
     ``ActorProb`` and two ``Critic``s (2 x 256) holding our agent's weights after ``bc_epochs`` of its
     behaviour cloning on hopper-medium, alpha from the same log alpha, Kit's learning rates, the same
     batches (raw rows to ours, which standardises them inside; the same rows standardised by our agent's
-    statistics to Kit, whose buffer is standardised in place) and the same torch seed before each
-    side's update. Per update: the largest weight differences of the actor, the critics and the target
+    statistics to Kit, whose buffer is standardised in place; `cql_batches`) and the same torch seed
+    before each side's update. Per update: the largest weight differences of the actor, the critics and the target
     critics beside the largest step Kit's update took, and alpha and the losses on each side."""
     import_offlinerlkit(Path(checkout))
     from offlinerlkit.policy import SACPolicy
 
     from mbrl_offline.algorithms.rambo import RAMBO, RAMBOConfig
 
-    data, train, _, _ = common_data("hopper-medium")
+    _, train, _, _ = common_data("hopper-medium")
     torch.manual_seed(seed)
     agent = RAMBO.for_dataset(train, RAMBOConfig(bc_epochs=bc_epochs, update_order=update_order))
     cfg = agent.config
@@ -1048,17 +1048,10 @@ def sac_side_by_side(checkout, update_order: str = "offlinerlkit_sac", updates: 
                     torch.optim.Adam(critics[1].parameters(), lr=cfg.critic_lr), tau=cfg.tau, gamma=cfg.gamma,
                     alpha=(agent.target_entropy, log_alpha, torch.optim.Adam([log_alpha], lr=cfg.alpha_lr)))
 
-
-    generator = np.random.default_rng(seed)
     results = []
-    for step in range(updates):
-        index = generator.integers(0, len(train), rows)
-        batch = {k: torch.as_tensor(getattr(train, k)[index]) for k in
-                 ("observations", "actions", "next_observations", "rewards", "terminals")}
-        batch["terminals"] = batch["terminals"].float()
-        kit_batch = {**batch, "observations": agent.normalise(batch["observations"]),
-                     "next_observations": agent.normalise(batch["next_observations"]),
-                     "rewards": batch["rewards"][:, None], "terminals": batch["terminals"][:, None]}
+    for step, (batch, kit_batch) in enumerate(cql_batches(updates, rows, seed)):
+        kit_batch = {**kit_batch, "observations": agent.normalise(batch["observations"]),
+                     "next_observations": agent.normalise(batch["next_observations"])}
         before = kit_weights(kit)  # flattened, in our layout (the actor's heads as one, the critics stacked)
         torch.manual_seed(seed + 1 + step)
         kit_out = kit.learn(kit_batch)
