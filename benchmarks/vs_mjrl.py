@@ -220,10 +220,11 @@ def our_training_rows(config, dataset) -> np.ndarray:
 
 
 def fit_with_our_statistics(model, s: np.ndarray, a: np.ndarray, sp: np.ndarray, epochs: int) -> None:
-    """mjrl's ``WorldModel.fit_dynamics`` with our model's statistics in place of its own: inputs
-    standardised by their mean and unbiased std (mjrl: mean absolute deviation), targets (s' - s) divided
-    by the observations' std with no shift (mjrl: the change's mean and mean absolute deviation). The
-    network, the loss, the optimiser and mjrl's ``fit_model`` loop are mjrl's."""
+    """mjrl's ``WorldModel.fit_dynamics`` with the statistics our MOReL model had before it took mjrl's
+    (``statistics="train_unbiased"``) in place of its own: inputs standardised by their mean and unbiased
+    std (mjrl: mean absolute deviation), targets (s' - s) divided by the observations' std with no shift
+    (mjrl: the change's mean and mean absolute deviation). The network, the loss, the optimiser and
+    mjrl's ``fit_model`` loop are mjrl's."""
     from mjrl.algos.mbrl.nn_dynamics import fit_model
 
     s, a, sp = (torch.as_tensor(x, dtype=torch.float32) for x in (s, a, sp))
@@ -327,8 +328,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dataset", default="hopper-medium", help="with --dynamics: the bundled dataset")
     parser.add_argument("--epochs", type=int, default=25, help="with --dynamics: the models' training epochs")
     parser.add_argument("--official-variant", default="official", choices=OFFICIAL_VARIANTS,
-                        help="with --dynamics: one change on the official side (our-statistics: our inputs' and "
-                             "targets' scales; our-rows: without the 1000 rows our members hold out)")
+                        help="with --dynamics: one change on the official side (our-statistics: the inputs' and "
+                             "targets' scales our model had before it took mjrl's; our-rows: without the 1000 rows "
+                             "our members hold out)")
     parser.add_argument("--sides", nargs="+", default=["official", "ours"], choices=["official", "ours"],
                         help="with --dynamics: the sides fitted")
     args = parser.parse_args(argv)

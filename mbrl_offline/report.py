@@ -212,8 +212,8 @@ def risk_table(runs: list[Run]) -> str:
         measured = [r for r in group if r.scores and r.final_risk is not None]
         if not measured:
             continue
-        levels = sorted({float(r.info.get("trainer", {}).get("risk_level", 0.1)) for r in measured})
-        alpha = ", ".join(f"{level:g}" for level in levels)
+        levels = sorted({r.info.get("trainer", {}).get("risk_level") for r in measured}, key=str)
+        alpha = ", ".join("-" if level is None else f"{level:g}" for level in levels)  # run.json records it
         lines.append(f"| {dataset} | {label} | {len(measured)} | {alpha} | "
                      f"{_mean_std([r.scores[-1] for r in measured])} | {_mean_std([r.final_risk[0] for r in measured])} | "
                      f"{_mean_std([r.final_risk[1] for r in measured])} |")

@@ -15,12 +15,12 @@ Per update, in the order of CORL's EDAC and the official RAVL code (``update_ord
 
 ``update_order="official"`` (the official EDAC code's) computes every loss from the networks as they
 were before the update: the actor's with alpha before its step, the critics' target with the actor
-and alpha before theirs. ``update_order="offlinerlkit"`` (OfflineRL-Kit's EDAC) takes the
-actor's loss with alpha before its step and the target after both steps. ``update_order="offlinerlkit_sac"``
-(OfflineRL-Kit's ``SACPolicy.learn``, which its MOPO and RAMBO run) steps the critics first, towards the
-target from the actor and alpha before the update, then the actor against the stepped critics with the
-alpha before its step, then alpha; its draws come in Kit's order (a' for the target, then the actor's). ``alpha_max`` caps the alpha
-the losses use (OfflineRL-Kit: 1).
+and alpha before theirs. ``update_order="offlinerlkit"`` (OfflineRL-Kit's EDAC) takes the actor's
+loss with alpha before its step and the target after both steps. ``update_order="offlinerlkit_sac"``
+(OfflineRL-Kit's ``SACPolicy.learn``, which its MOPO and RAMBO run) steps the critics first, towards
+the target from the actor and alpha before the update, then the actor against the stepped critics with
+the alpha before its step, then alpha; its draws come in Kit's order (a' for the target, then the
+actor's). ``alpha_max`` caps the alpha the losses use (OfflineRL-Kit: 1).
 
 Every E[.] above is a mean over the batch's rows; a batch with per-row loss weights (``weights``, from
 the ``weights`` mixing rule) takes ``sum_b w_b (.)`` instead (`mbrl_offline.algorithms.weights`).
