@@ -1,4 +1,4 @@
-"""Throughput of the RAVL pipeline and the model-free agents on this machine, at the papers' sizes
+"""Throughput of the RAVL pipeline and the agents that learn from the data alone on this machine, at the papers' sizes
 (hopper: obs 11, act 3).
 
     python benchmarks/throughput.py [--threads 2] [--device cpu] [--repeats 5] [--system-malloc]
@@ -16,6 +16,8 @@ platform`) let MKL run its AVX-512 code in this process, in which case the peak 
   also without CUDA graphs (``cuda_graph=False``), as for the dynamics batches;
 * TD3+BC and IQL updates/s at CORL's sizes (2x256 networks, batch 256) on batches from a 1M-row real
   buffer, as they train without a generator (TD3+BC's FLOPs: the mean of a critic-only and a full step);
+* CQL and EDAC updates/s at their defaults (3x256 critics and actor, batch 256; EDAC's 10 critics)
+  on the same batches;
 * dynamics-training samples/s: `GaussianEnsembleDynamics.fit` epochs on 100k rows (7 members, 4x200,
   batch 256), end to end (holdout evaluation and set-up included), and its training batches alone
   (the epoch log's ``samples_per_s``), the loop that `vs_official.py` times on both sides;
@@ -45,6 +47,8 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from mbrl_offline.algorithms.coplanner import COPlanner
+from mbrl_offline.algorithms.cql import CQL
+from mbrl_offline.algorithms.edac import EDAC
 from mbrl_offline.algorithms.iql import IQL
 from mbrl_offline.algorithms.ravl import RAVL, RAVLConfig
 from mbrl_offline.algorithms.td3bc import TD3BC
@@ -205,8 +209,9 @@ def bench_updates(device, repeats: int, updates: int = 200, config: RAVLConfig =
 
 
 def bench_model_free_updates(agent_cls, device, repeats: int, updates: int = 500):
-    """TD3+BC or IQL (CORL's sizes: 2x256 networks, batch 256) on batches from a 1M-row real buffer,
-    as ``algo=td3bc`` and ``algo=iql`` train without a generator."""
+    """An agent that learns from the data alone, at its defaults (TD3+BC and IQL: CORL's 2x256
+    networks; CQL and EDAC: their papers' 3x256 critics), on batches from a 1M-row real buffer, as
+    ``algo=td3bc``, ``algo=iql``, ``algo=cql`` and ``algo=edac`` train without a generator."""
     agent = agent_cls(OBS, ACT, -torch.ones(ACT), torch.ones(ACT), agent_cls.config_class(), device)
     real = TransitionBuffer(1_000_000, OBS, ACT, device)
     real.add(**random_transitions(1_000_000, device))
@@ -316,6 +321,8 @@ def main() -> None:
         _, eager_batch_samples, _ = bench_dynamics(device, 1, cuda_graph=False)
     td3bc, td3bc_flops = bench_model_free_updates(TD3BC, device, args.repeats)
     iql, iql_flops = bench_model_free_updates(IQL, device, args.repeats)
+    cql, cql_flops = bench_model_free_updates(CQL, device, args.repeats)
+    edac, edac_flops = bench_model_free_updates(EDAC, device, args.repeats)
     samples, batch_samples, sample_flops = bench_dynamics(device, max(1, args.repeats // 2))
     transitions, transition_flops = bench_rollouts(device, max(1, args.repeats // 2))
     planned, planned_flops, model_rows = bench_upmpc_rollouts(device, max(1, args.repeats // 2))
@@ -334,6 +341,8 @@ def main() -> None:
           if device.type == "cuda" else []),
         ("TD3+BC updates/s", td3bc, td3bc_flops, "GFLOP/update", 1e9),
         ("IQL updates/s", iql, iql_flops, "GFLOP/update", 1e9),
+        ("CQL updates/s", cql, cql_flops, "GFLOP/update", 1e9),
+        ("EDAC updates/s", edac, edac_flops, "GFLOP/update", 1e9),
         ("dynamics samples/s", samples, sample_flops, "MFLOP/sample", 1e6),
         ("  batch loop alone", batch_samples, sample_flops, "MFLOP/sample", 1e6),
         *([("  without CUDA graph", eager_batch_samples, sample_flops, "MFLOP/sample", 1e6)]
