@@ -10,7 +10,7 @@ import torch
 from test_tools_cli import run_in_process
 
 TINY = ["starts=6", "length=8", "unet_base=16", "diffusion_steps=40", "sampler_steps=4", "dynamics_hidden=16",
-        "dynamics_max_epochs=2", "policy_updates=20", "torch_threads=1", "scale=1.0"]
+        "dynamics_max_epochs=2", "policy_updates=20", "torch_threads=1", "scale=1.0", "refiner_updates=50"]
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +58,21 @@ def test_true_simulator_trajectories_have_no_dynamics_error(tool, pendulum):
     moved[2, 4] += torch.tensor([0.3, 0.0, 0.4])
     errors = tool.one_step_errors(true, moved, act)
     assert errors[2, 3] == pytest.approx(0.5, abs=1e-5)
+    # the long-horizon error: the simulator's own trajectories replay to themselves; a state moved at
+    # step 4 is off at that step by its RMS in units of the scale, and the replay itself is not moved
+    scale = torch.tensor([0.5, 1.0, 2.0])
+    assert tool.replay_errors(true, obs, act, scale).abs().max() < 1e-5
+    drift = tool.replay_errors(true, moved, act, scale)
+    assert drift[2, 3] == pytest.approx(((0.6 ** 2 + 0.0 + 0.2 ** 2) / 3) ** 0.5, abs=1e-5)
+    assert drift[2, 4:].abs().max() < 1e-5 and drift[:2].abs().max() < 1e-5
+
+
+def test_within_tolerance_counts_trajectories_that_never_left_it(tool):
+    errors = torch.tensor([[0.1, 0.3, 0.1, 0.1],   # leaves at step 2 and does not count again
+                           [0.1, 0.1, 0.2, 0.25],  # at the tolerance counts as within
+                           [0.5, 0.1, 0.1, 0.1]])
+    assert torch.allclose(tool.within_tolerance(errors, 0.25), torch.tensor([2 / 3, 1 / 3, 1 / 3, 1 / 3]))
+    assert tool.tolerance_positions(200) == [50, 100, 200] and tool.tolerance_positions(2) == [1, 2]
 
 
 def test_log_likelihoods_are_the_policys_per_transition(tool):
@@ -69,15 +84,19 @@ def test_log_likelihoods_are_the_policys_per_transition(tool):
 def test_table_and_figure(tool, tmp_path):
     assert tool.report_positions(32) == [1, 2, 4, 8, 16, 32] and tool.report_positions(10) == [1, 2, 4, 8, 10]
     errors = torch.arange(1.0, 11.0).repeat(3, 1)  # position t has error t
-    results = {name: {"error": errors * (i + 1), "log_prob": torch.full((3, 10), -float(i))}
-               for i, name in enumerate(tool.METHODS)}
+    results = {name: {"error": errors * (i + 1), "log_prob": torch.full((3, 10), -float(i)),
+                      "drift": errors * 0.1 * (i + 1)} for i, name in enumerate(tool.METHODS)}
     lines = tool.markdown_table(results).splitlines()
     assert lines[0] == ("| method | error t=1 | error t=2 | error t=4 | error t=8 | error t=10 | error mean | "
                         "error mean t≥2 | log π mean |")
     assert len(lines) == 2 + len(tool.METHODS) and all(line.count("|") == 10 for line in lines)
     assert lines[3] == ("| unguided diffusion | 2.0000 | 4.0000 | 8.0000 | 16.0000 | 20.0000 | 11.0000 | 12.0000 | "
                         "-1.000 |")
-    path = tool.plot_errors(results, tmp_path / "errors.png", "title")
+    long = tool.long_horizon_table(results, 0.25).splitlines()
+    assert long[0] == ("| method | error t=1 | error t=2 | error t=4 | error t=8 | error t=10 | within 0.25 to t=2 | "
+                       "within 0.25 to t=5 | within 0.25 to t=10 |")
+    assert long[2] == "| PGD | 0.1000 | 0.2000 | 0.4000 | 0.8000 | 1.0000 | 100% | 0% | 0% |"
+    path = tool.plot_errors(results, tmp_path / "errors.png", "title", 0.25)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -91,8 +110,10 @@ def test_the_tool_runs_at_tiny_sizes(tmp_path, monkeypatch, capsys, tool):
     tool.main([*TINY, "out=figures/error.png"])  # a folder that does not exist yet is made
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ")]
-    assert len(rows) == 4 and [r.split(" | ")[0][2:] for r in rows[1:]] == list(tool.METHODS), out
-    assert all(np.isfinite(float(cell)) for r in rows[1:] for cell in r.strip("| ").split(" | ")[1:])
+    assert len(rows) == 10 and [r.split(" | ")[0][2:] for r in rows[1:5]] == list(tool.METHODS), out
+    assert [r.split(" | ")[0][2:] for r in rows[6:]] == list(tool.METHODS), out
+    assert all(np.isfinite(float(cell.rstrip("%"))) for r in rows[1:5] + rows[6:]
+               for cell in r.strip("| ").split(" | ")[1:])
     assert (tmp_path / "figures" / "error.png").read_bytes()[:4] == b"\x89PNG"
 
     from mbrl_offline import load_dataset
@@ -103,7 +124,12 @@ def test_the_tool_runs_at_tiny_sizes(tmp_path, monkeypatch, capsys, tool):
     starts = tool.start_states(load_dataset("pendulum-medium"), 6, seed=0)
     obs, act = tool.diffusion_trajectories(generator, starts, None, seed=0)
     assert obs.shape == (6, 9, 3) and act.shape == (6, 8, 1) and torch.allclose(obs[:, 0], starts, atol=1e-5)
-    assert len(list((tmp_path / "cache").rglob("*.pt"))) == 2  # the run's models were cached and reused here
+    assert len(list((tmp_path / "cache").rglob("*.pt"))) == 3  # the run's models were cached and reused here
+    # the refiner's rollouts differ from the ensemble's only by the refinement; methods= picks the rows
+    tool.main([*TINY, "out=two.png", "methods=[refiner,ensemble]"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0][2:] for r in rows if not r.startswith("| method")][:2] == [
+        "dynamics ensemble", "ensemble + refiner"]
 
 
 def _tiny_pgd(tool):
@@ -127,6 +153,12 @@ def _tiny_pgd(tool):
     (["env=ant"], "error: true dynamics are available for hopper, walker2d, halfcheetah, pendulum, not 'ant'"),
     (["policy_updates=0"], "error: policy_updates = 0 trains no policy"),
     (["starts=4", "setts=1"], "error: unknown setting 'setts'"),
+    (["methods=[ensemble,pdg]"], "error: methods = ['ensemble', 'pdg'] must be a list of distinct names from pgd, "
+                                 "unguided, ensemble, refiner"),
+    (["methods=[]"], "error: methods = [] must be a list"),
+    (["tolerance=0"], "error: tolerance = 0 must be a number above 0"),
+    (["refiner_sigma_min=1.0"], "error: refiner_sigma_min = 1.0 must be a number in (0, 1)"),
+    (["refiner_steps=0"], "error: refiner_steps must be at least 1, got 0."),
 ])
 def test_bad_settings_are_refused_in_one_line_before_any_work(argv, message, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -161,7 +193,7 @@ def test_a_checkpoints_policy_is_the_target(tmp_path, monkeypatch, capsys, tool)
     tool.main([*TINY, f"checkpoint={run_dir / 'checkpoint.pt'}", "out=error.png"])
     out = capsys.readouterr().out
     assert f"Target policy: td3bc from {run_dir / 'checkpoint.pt'} (epoch 2)." in out, out
-    assert len([line for line in out.splitlines() if line.startswith("| ")]) == 4
+    assert len([line for line in out.splitlines() if line.startswith("| ")]) == 10
     status, out, err = run_in_process("dynamics_error", [f"checkpoint={run_dir / 'checkpoint.pt'}", "env=hopper"],
                                       monkeypatch, capsys)
     assert status == 2 and err.startswith(f"error: checkpoint={run_dir / 'checkpoint.pt'} holds a pendulum policy, "

@@ -422,3 +422,31 @@ def test_trainer_logs_the_posterior_statistics_to_tensorboard(tmp_path):
         assert logged == pytest.approx([r["rollout"][name] for r in records if name in r.get("rollout", {})]), name
     assert 1 <= records[0]["rollout"]["members_used"] <= 3
     assert 0.0 <= records[0]["rollout"]["uncertainty_truncated_fraction"] <= records[0]["rollout"]["truncated_fraction"] <= 1.0
+
+
+def test_a_refiner_refines_each_posterior_step_and_the_rollout_continues_from_it():
+    """With ``posterior.refiner.enabled`` each model step's sample goes through the refiner (its single
+    refinement), the stored rows and the next step start from what it returns, and U stays the model's."""
+    from mbrl_offline.models.refiner import RefinerConfig
+
+    class Shifting:
+        def refine(self, obs, act, next_obs, rewards, generator=None, samples=None):
+            assert samples == 1
+            return {"next_observations": next_obs + torch.tensor([10.0, 0.0]), "rewards": rewards * 2}
+
+    dynamics = FakePosterior()
+    refined = PosteriorRollouts(dynamics, never, Histories(episodes_dataset(), 50),
+                                PosteriorConfig(parallel=3, quantile=-1.0, start_from_s0=True, max_rollout_len=3,
+                                                refiner=RefinerConfig(enabled=True)), Shifting())
+    rows, _ = refined.generate(RecordingPolicy(), None, torch.Generator().manual_seed(0))
+    for episode in episodes(rows):
+        steps = episode["synthetic"]
+        assert torch.equal(episode["next_observations"][steps][:, 0], episode["observations"][steps][:, 0] + 11.0)
+        assert torch.equal(episode["observations"][steps][1:], episode["next_observations"][steps][:-1])
+        assert bool((episode["observed_rewards"][steps] == 14.0).all())  # the model's 7, refined
+        assert torch.equal(episode["uncertainty"][steps], episode["observations"][steps][:, 1] + 1.0)
+    first, second = dynamics.calls[0]["obs"], dynamics.calls[1]["obs"]
+    assert torch.equal(second, first + torch.tensor([11.0, 1.0]))  # the model's +1, then the refiner's +10
+    with pytest.raises(ConfigError, match="no refiner was given"):
+        PosteriorRollouts(dynamics, never, Histories(episodes_dataset(), 50),
+                          PosteriorConfig(parallel=3, refiner=RefinerConfig(enabled=True)))

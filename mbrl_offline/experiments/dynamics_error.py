@@ -1,27 +1,42 @@
-"""PGD's claim, measured: one-step dynamics error and target-policy likelihood of policy-guided
-diffusion, unguided diffusion and dynamics-ensemble rollouts from the same start states.
+"""PGD's claim and the refiner's effect, measured: one-step and long-horizon dynamics error and
+target-policy likelihood of policy-guided diffusion, unguided diffusion and dynamics-ensemble rollouts
+(with and without the PDE-Refiner) from the same start states.
 
     mbrl-dynamics-error  # pendulum-medium, TD3+BC trained here
     mbrl-dynamics-error env=hopper starts=128 scale=0.3 out=hopper_error.png
     mbrl-dynamics-error checkpoint=runs/td3bc-pendulum-seed0/checkpoint.pt
+    mbrl-dynamics-error length=200 methods=[ensemble,refiner]  # a whole pendulum episode, the models only
 
 From the same ``starts`` start states (drawn from the data with ``seed``) and for the same target
-policy, three methods make trajectories of ``length`` transitions:
+policy, the chosen ``methods`` (default: all four) make trajectories of ``length`` transitions:
 
 (a) **PGD**: the PGD diffusion model (``generator=pgd``'s, from the library's cache) samples
     trajectories whose action channels are guided by the target policy with λ = ``scale``;
 (b) **unguided diffusion**: the same model, the same starting noise and churn draws, λ = 0;
 (c) **dynamics ensemble**: the learned ensemble (``load_or_fit_dynamics``, cached) rolled out
     autoregressively under the target policy (its ``sample``: TD3+BC's deterministic π(s)), each step's
-    next state drawn from a random elite, as the library's branched rollouts do.
+    next state drawn from a random elite, as the library's branched rollouts do;
+(d) **ensemble + refiner**: the same rollouts with each step refined by the PDE-Refiner
+    (`mbrl_offline.models.refiner`, ``refiner_steps``, ``refiner_sigma_min``, ``refiner_updates``;
+    fitted on the data and cached), as ``generator.rollout.refiner.enabled=true`` runs them.
 
 For each generated (s_t, a_t, s_{t+1}) it measures the **one-step dynamics error**
 ‖s_{t+1} − f(s_t, a_t)‖₂, with f the true simulator reset to s_t (`TrueDynamics`: pendulum and the
 MuJoCo envs hopper, walker2d, halfcheetah), by position t = 1 … ``length`` in the trajectory, and the
 **target policy's log-likelihood** of the actions, log π(a_t | s_t) (the policy's ``log_prob``; for
-TD3+BC the N(π(s), I) density PGD's code gives a deterministic actor). It prints a markdown table
-(the mean error at positions 1, 2, 4, 8, … and over all positions, and the mean log-likelihood) and
-writes a PNG of the mean error by position (``out``; its folder is checked before any work).
+TD3+BC the N(π(s), I) density PGD's code gives a deterministic actor).
+
+It also measures the **long-horizon error**: each trajectory's actions are replayed open loop in the
+true simulator from its start state, and at every step t the generated state is compared with the
+simulator's, as the root mean square over the state's dimensions of their difference in units of the
+dataset's per-dimension std. A trajectory stays **within the tolerance** up to step t while that
+error has not exceeded ``tolerance`` at any step so far.
+
+It prints two markdown tables: the mean one-step error at positions 1, 2, 4, 8, … and over all
+positions, and the mean log-likelihood; and the mean long-horizon error at the same positions with
+the share of trajectories within the tolerance at a quarter, half and all of the length. It writes
+a PNG (``out``; its folder is checked before any work) of three panels by position: the one-step
+error, the long-horizon error and the share within the tolerance.
 
 The target policy is a checkpoint's (``checkpoint=``, any agent with a log-probability) or a TD3+BC
 agent trained here on the data for ``policy_updates`` updates (alpha 10, 2×128 networks, γ 0.95: the
@@ -60,7 +75,8 @@ from pathlib import Path
 from mbrl_offline.cli import cli_main, tool_config
 from mbrl_offline.config import CONFIG_DIR
 
-METHODS = ("PGD", "unguided diffusion", "dynamics ensemble")
+METHODS = ("PGD", "unguided diffusion", "dynamics ensemble", "ensemble + refiner")
+METHOD_KEYS = dict(zip(("pgd", "unguided", "ensemble", "refiner"), METHODS))  # the names ``methods=`` takes
 
 
 # ------------------------------------------------------------------------------------------- the parts
@@ -105,9 +121,10 @@ def diffusion_trajectories(generator, starts, guidance=None, seed: int = 0):
     return fields["observations"], fields["actions"][:, :-1]
 
 
-def policy_rollouts(dynamics, policy, starts, length: int, seed: int = 0):
+def policy_rollouts(dynamics, policy, starts, length: int, seed: int = 0, refiner=None):
     """Autoregressive rollouts of ``policy`` (its ``sample``) in ``dynamics`` (a `GaussianEnsembleDynamics`,
-    each step from a random elite; or `TrueDynamics`) for ``length`` steps from ``starts``, never cut:
+    each step from a random elite; or `TrueDynamics`) for ``length`` steps from ``starts``, never cut,
+    each step refined by ``refiner`` (a `DynamicsRefiner`) where one is given:
     ``(observations (N, length + 1, obs_dim), actions (N, length, act_dim))``."""
     import torch
 
@@ -115,10 +132,34 @@ def policy_rollouts(dynamics, policy, starts, length: int, seed: int = 0):
     observations, actions = [starts], []
     with torch.no_grad():
         for _ in range(length):
-            act = policy.sample(observations[-1])[0]
+            obs = observations[-1]
+            act = policy.sample(obs)[0]
             actions.append(act)
-            observations.append(dynamics.step(observations[-1], act, rng)["next_observations"])
+            step = dynamics.step(obs, act, rng)
+            if refiner is not None:
+                step = refiner.refine(obs, act, step["next_observations"], step["rewards"], rng, samples=1)
+            observations.append(step["next_observations"])
     return torch.stack(observations, 1), torch.stack(actions, 1)
+
+
+def replay_errors(true_dynamics, observations, actions, scale):
+    """The long-horizon error of trajectories ``observations`` (N, T + 1, obs_dim), ``actions`` (N, T, act_dim):
+    their actions replayed open loop in the simulator from ``observations[:, 0]``, and at each step the
+    RMS over dimensions of (generated − simulated state) / ``scale`` (the data's per-dimension std):
+    ``(N, T)``."""
+    import torch
+
+    state, errors = observations[:, 0], []
+    for t in range(actions.shape[1]):
+        state, _ = true_dynamics.transition(state, actions[:, t])
+        errors.append((((observations[:, t + 1] - state) / scale) ** 2).mean(-1).sqrt())
+    return torch.stack(errors, 1)
+
+
+def within_tolerance(errors, tolerance: float):
+    """The share of trajectories whose error ``errors`` (N, T) has stayed at or below ``tolerance`` at every
+    step up to t: ``(T,)``."""
+    return (errors.cummax(dim=1).values <= tolerance).float().mean(0)
 
 
 def one_step_errors(true_dynamics, observations, actions):
@@ -139,9 +180,11 @@ def log_likelihoods(policy, observations, actions):
         return policy.log_prob(observations[:, :-1].reshape(n * t, -1), actions.reshape(n * t, -1)).view(n, t)
 
 
-def measure(true_dynamics, policy, trajectories: dict) -> dict:
-    """For each method's ``(observations, actions)``: ``{"error": (N, T), "log_prob": (N, T)}``."""
-    return {name: {"error": one_step_errors(true_dynamics, obs, act), "log_prob": log_likelihoods(policy, obs, act)}
+def measure(true_dynamics, policy, trajectories: dict, scale) -> dict:
+    """For each method's ``(observations, actions)``: ``{"error": (N, T), "log_prob": (N, T), "drift": (N, T)}``
+    (one-step error, log-likelihood, long-horizon error in units of ``scale``)."""
+    return {name: {"error": one_step_errors(true_dynamics, obs, act), "log_prob": log_likelihoods(policy, obs, act),
+                   "drift": replay_errors(true_dynamics, obs, act, scale)}
             for name, (obs, act) in trajectories.items()}
 
 
@@ -172,27 +215,59 @@ def markdown_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def plot_errors(results: dict, path, title: str = "") -> Path:
-    """A PNG of each method's mean one-step error by position (log scale), with its 25-75 % band."""
+def tolerance_positions(length: int) -> list[int]:
+    """A quarter, half and all of the length (distinct, at least 1)."""
+    return sorted({max(1, length // 4), max(1, length // 2), length})
+
+
+def long_horizon_table(results: dict, tolerance: float) -> str:
+    """The long-horizon table: one row per method, the mean long-horizon error at `report_positions` and
+    the share of trajectories within ``tolerance`` at `tolerance_positions`."""
+    length = next(iter(results.values()))["drift"].shape[1]
+    positions, shares = report_positions(length), tolerance_positions(length)
+    head = ["method", *[f"error t={p}" for p in positions], *[f"within {tolerance:g} to t={p}" for p in shares]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in results.items():
+        by_position, share = r["drift"].mean(0), within_tolerance(r["drift"], tolerance)
+        cells = [name, *[f"{by_position[p - 1].item():.4f}" for p in positions],
+                 *[f"{share[p - 1].item():.0%}" for p in shares]]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_errors(results: dict, path, title: str = "", tolerance: float = None) -> Path:
+    """A PNG of three panels by position: each method's mean one-step error and mean long-horizon error (log
+    scale, with their 25-75 % bands) and the share of its trajectories within ``tolerance``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import torch
 
-    fig, ax = plt.subplots(figsize=(7.0, 4.2), dpi=100)
+    fig, axes = plt.subplots(1, 3, figsize=(15.0, 4.2), dpi=100)
     for name, r in results.items():
-        error = r["error"].detach().cpu().double()
-        positions = range(1, error.shape[1] + 1)
-        ax.plot(positions, error.mean(0).numpy(), label=name, marker=".")
-        low, high = torch.quantile(error, torch.tensor([0.25, 0.75], dtype=error.dtype), dim=0).numpy()
-        ax.fill_between(positions, low, high, alpha=0.15)
-    ax.set_yscale("log")
-    ax.set_xlabel("position t in the trajectory")
-    ax.set_ylabel("one-step error ‖s′ − f(s, a)‖")
-    ax.set_title(f"{title}\nmean over the trajectories, band: 25-75 %" if title else "mean, band: 25-75 %", fontsize=9)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+        for ax, key in zip(axes, ("error", "drift")):
+            error = r[key].detach().cpu().double()
+            positions = range(1, error.shape[1] + 1)
+            ax.plot(positions, error.mean(0).numpy(), label=name, marker="." if error.shape[1] <= 64 else None)
+            low, high = torch.quantile(error, torch.tensor([0.25, 0.75], dtype=error.dtype), dim=0).numpy()
+            ax.fill_between(positions, low, high, alpha=0.15)
+        if tolerance is not None:
+            share = within_tolerance(r["drift"].detach().cpu(), tolerance)
+            axes[2].plot(range(1, len(share) + 1), share.numpy(), label=name)
+    for ax, label in zip(axes, ("one-step error ‖s′ − f(s, a)‖", "long-horizon error (RMS, data stds)",
+                                f"share within {tolerance:g} so far" if tolerance is not None else "")):
+        ax.set_xlabel("position t in the trajectory")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    for ax in axes[:2]:
+        ax.set_yscale("log")
+    axes[2].set_ylim(-0.02, 1.02)
+    if tolerance is None:
+        axes[2].set_visible(False)
+    axes[0].legend(fontsize=8)
+    fig.suptitle(f"{title}\nmean over the trajectories, band: 25-75 %" if title else "mean, band: 25-75 %",
+                 fontsize=9)
     fig.tight_layout()
     from mbrl_offline.utils import save_figure
 
@@ -211,7 +286,7 @@ def check_settings(cfg) -> None:
     from mbrl_offline.errors import ConfigError
 
     whole = ("policy_updates", "starts", "length", "unet_base", "diffusion_steps", "sampler_steps", "dynamics_hidden",
-             "dynamics_max_epochs", "seed")
+             "dynamics_max_epochs", "refiner_steps", "refiner_updates", "seed")
     for name in whole:
         value = cfg.get(name)
         if isinstance(value, bool) or not isinstance(value, int):
@@ -238,6 +313,18 @@ def check_settings(cfg) -> None:
     check_writable_dir(out.parent if str(out.parent) else Path("."), "out")
     if cfg.checkpoint is None and cfg.policy_updates == 0:
         raise ConfigError("policy_updates = 0 trains no policy; give policy_updates >= 1 or a checkpoint=.")
+    methods = cfg.methods
+    if isinstance(methods, str) or not hasattr(methods, "__len__") or not len(methods) or \
+            any(m not in METHOD_KEYS for m in methods) or len(set(methods)) != len(methods):
+        raise ConfigError(f"methods = {methods!r} must be a list of distinct names from {', '.join(METHOD_KEYS)}, "
+                          f"e.g. methods=[ensemble,refiner].")
+    if isinstance(cfg.tolerance, bool) or not isinstance(cfg.tolerance, (int, float)) or not cfg.tolerance > 0:
+        raise ConfigError(f"tolerance = {cfg.tolerance!r} must be a number above 0 (the long-horizon error, in "
+                          f"data stds, that a trajectory stays within).")
+    sigma_min = cfg.refiner_sigma_min
+    if isinstance(sigma_min, bool) or not isinstance(sigma_min, (int, float)) or not 0 < sigma_min < 1:
+        raise ConfigError(f"refiner_sigma_min = {sigma_min!r} must be a number in (0, 1) (the refiner's last noise "
+                          f"std, in target stds).")
 
 
 def target_policy(cfg, dataset, env, device):
@@ -271,6 +358,7 @@ def main(argv: list[str]) -> None:
     from mbrl_offline.generators.pgd import (PGDGenerator, PGDGeneratorConfig, PGDGuidanceConfig, UNetConfig,
                                              policy_guidance, require_log_prob)
     from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
+    from mbrl_offline.models.refiner import RefinerConfig, load_or_fit_refiner
     from mbrl_offline.models.true_dynamics import TrueDynamics
 
     cfg = tool_config(argv, __doc__, CONFIG_DIR, "dynamics_error")
@@ -284,32 +372,58 @@ def main(argv: list[str]) -> None:
     print(f"{dataset.source}: {len(dataset)} transitions; {cfg.starts} start states, {cfg.length} steps", flush=True)
 
     policy, what = target_policy(cfg, dataset, env, device)
-    default = PGDGeneratorConfig()  # generator=pgd's, with this tool's sizes (train_epochs None: the steps count)
-    pgd = dataclasses.replace(
-        default, unet=UNetConfig(base=cfg.unet_base), edm=dataclasses.replace(default.edm, steps=cfg.sampler_steps),
-        train=dataclasses.replace(default.train, steps=cfg.diffusion_steps), train_epochs=None, length=cfg.length + 1,
-        trajectories=cfg.starts, sample_batch=min(cfg.starts, 256), guidance=PGDGuidanceConfig(scale=cfg.scale))
-    generator = PGDGenerator.for_dataset(pgd, dataset, device)
-    require_log_prob(policy, generator.rows, "the target policy's log-likelihood")
+    chosen = [METHOD_KEYS[m] for m in cfg.methods]
+    methods = [m for m in METHODS if m in chosen]  # in the tables' fixed order
+    diffusion = {METHODS[0], METHODS[1]} & set(methods)
+    if diffusion:
+        default = PGDGeneratorConfig()  # generator=pgd's, with this tool's sizes (train_epochs None: the steps count)
+        pgd = dataclasses.replace(
+            default, unet=UNetConfig(base=cfg.unet_base), edm=dataclasses.replace(default.edm, steps=cfg.sampler_steps),
+            train=dataclasses.replace(default.train, steps=cfg.diffusion_steps), train_epochs=None,
+            length=cfg.length + 1, trajectories=cfg.starts, sample_batch=min(cfg.starts, 256),
+            guidance=PGDGuidanceConfig(scale=cfg.scale))
+        generator = PGDGenerator.for_dataset(pgd, dataset, device)
+        require_log_prob(policy, generator.rows, "the target policy's log-likelihood")
     torch.manual_seed(cfg.seed)
-    dynamics, _ = load_or_fit_dynamics(dataset, DynamicsConfig(hidden_size=cfg.dynamics_hidden,
-                                                               max_epochs=cfg.dynamics_max_epochs, seed=cfg.seed),
-                                       device=device)
+    dynamics = refiner = None
+    if {METHODS[2], METHODS[3]} & set(methods):
+        dynamics, _ = load_or_fit_dynamics(dataset, DynamicsConfig(hidden_size=cfg.dynamics_hidden,
+                                                                   max_epochs=cfg.dynamics_max_epochs, seed=cfg.seed),
+                                           device=device)
+    if METHODS[3] in methods:
+        refiner, _ = load_or_fit_refiner(dataset, RefinerConfig(enabled=True, steps=cfg.refiner_steps,
+                                                                sigma_min=cfg.refiner_sigma_min,
+                                                                updates=cfg.refiner_updates, seed=cfg.seed),
+                                         device=device)
 
     starts = start_states(dataset, cfg.starts, cfg.seed, device)
-    guidance = policy_guidance(policy, generator.rows, generator.model.normalizer, pgd.guidance)
-    trajectories = {
-        METHODS[0]: diffusion_trajectories(generator, starts, guidance, cfg.seed),
-        METHODS[1]: diffusion_trajectories(generator, starts, None, cfg.seed),
-        METHODS[2]: policy_rollouts(dynamics, policy, starts, cfg.length, cfg.seed),
+    make = {
+        METHODS[0]: lambda: diffusion_trajectories(generator, starts, policy_guidance(
+            policy, generator.rows, generator.model.normalizer, pgd.guidance), cfg.seed),
+        METHODS[1]: lambda: diffusion_trajectories(generator, starts, None, cfg.seed),
+        METHODS[2]: lambda: policy_rollouts(dynamics, policy, starts, cfg.length, cfg.seed),
+        METHODS[3]: lambda: policy_rollouts(dynamics, policy, starts, cfg.length, cfg.seed, refiner),
     }
-    results = measure(true_dynamics, policy, trajectories)
-    print(f"\nTarget policy: {what}. PGD λ = {cfg.scale}; U-Net base {cfg.unet_base}, {cfg.diffusion_steps} training "
-          f"steps, {cfg.sampler_steps} sampler steps; ensemble width {cfg.dynamics_hidden}; seed {cfg.seed}.\n")
+    trajectories = {name: make[name]() for name in methods}
+    scale = torch.as_tensor(dataset.observations, device=device).std(0).clamp_min(1e-6)
+    results = measure(true_dynamics, policy, trajectories, scale)
+    sizes = []
+    if diffusion:
+        sizes.append(f"PGD λ = {cfg.scale}; U-Net base {cfg.unet_base}, {cfg.diffusion_steps} training steps, "
+                     f"{cfg.sampler_steps} sampler steps")
+    if dynamics is not None:
+        sizes.append(f"ensemble width {cfg.dynamics_hidden}")
+    if refiner is not None:
+        sizes.append(f"refiner K = {cfg.refiner_steps}, σ_min = {cfg.refiner_sigma_min:g}, "
+                     f"{cfg.refiner_updates} updates")
+    print(f"\nTarget policy: {what}. {'; '.join(sizes)}; seed {cfg.seed}.\n")
     print(markdown_table(results))
+    print(f"\nLong-horizon error (the actions replayed in the simulator; RMS over dimensions, in data stds) and "
+          f"the share of trajectories within {cfg.tolerance:g}:\n")
+    print(long_horizon_table(results, cfg.tolerance))
     title = (f"{dataset.source}: {cfg.starts} starts, λ = {cfg.scale}, target {what.split(' from ')[0]}, "
              f"seed {cfg.seed}")
-    print(f"\nwrote {plot_errors(results, cfg.out, title)}")
+    print(f"\nwrote {plot_errors(results, cfg.out, title, cfg.tolerance)}")
 
 
 if __name__ == "__main__":

@@ -69,7 +69,8 @@ from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
-from mbrl_offline.models.fitting import check_dynamics_rows
+from mbrl_offline.models.fitting import check_dynamics_rows, check_fit_rows
+from mbrl_offline.models.refiner import DynamicsRefiner, RefinerConfig, load_or_fit_refiner
 from mbrl_offline.policies import history_inputs
 from mbrl_offline.registry import register_generator
 from mbrl_offline.roles import GeneratorConfig, Policy
@@ -89,6 +90,9 @@ class PosteriorConfig:
     max_rollout_len: int = -1  # model steps per rollout at most; -1: the env's horizon
     start_from_s0: bool = False  # histories start at t = 0 only (official default: any position)
     deterministic_actions: bool = False  # the policy's mode instead of a sample (needs sample(deterministic=))
+    # A PDE-Refiner for each model step's sample (`mbrl_offline.models.refiner`; off unless refiner.enabled).
+    # Truncation and the penalty keep reading the ensemble's U; the refiner's spread is not used here.
+    refiner: RefinerConfig = field(default_factory=RefinerConfig)
 
     def __post_init__(self):
         check_field_types(self, "posterior")  # types first; nested mappings become configs
@@ -136,6 +140,10 @@ class PosteriorGeneratorConfig(GeneratorConfig):
         """Enough rows for the ensemble's holdout and batches (`mbrl_offline.models.fitting.check_fit_rows`)."""
         if model_path is None:
             check_dynamics_rows(dataset, self.dynamics)
+        refiner = self.posterior.refiner
+        if refiner.enabled:
+            check_fit_rows(len(dataset), refiner.holdout_ratio, None, refiner.batch_size,
+                           f"the dataset ({dataset.source}) for generator.posterior.refiner")
 
     def check_agent(self, agent, algo_config) -> None:
         """The checks of these settings with the agent's (`mbrl_offline.compose.check_pair`), made before
@@ -240,8 +248,12 @@ class PosteriorRollouts:
     produces = "sequences"
 
     def __init__(self, dynamics, termination_fn: TerminationFn, histories: Histories,
-                 config: PosteriorConfig = PosteriorConfig()):
+                 config: PosteriorConfig = PosteriorConfig(), refiner: Optional[DynamicsRefiner] = None):
         self.dynamics, self.termination_fn, self.histories, self.config = dynamics, termination_fn, histories, config
+        if config.refiner.enabled and refiner is None:
+            raise ConfigError("posterior.refiner.enabled is set and no refiner was given; pass a fitted "
+                              "DynamicsRefiner (load_or_fit_refiner), or set posterior.refiner.enabled=false.")
+        self.refiner = refiner if config.refiner.enabled else None
         elites = len(dynamics.elites)
         if config.parallel % elites:
             raise ConfigError(f"posterior.parallel ({config.parallel}) must be a multiple of the model's elites "
@@ -299,6 +311,9 @@ class PosteriorRollouts:
             clock = t[ids]
             for k in range(self.max_rollout_len):
                 model = self.dynamics.posterior_step(obs, actions, members[ids], generator)
+                if self.refiner is not None:  # refine the member's sample (step 0); U stays the ensemble's
+                    model.update(self.refiner.refine(obs, actions, model["next_observations"], model["rewards"],
+                                                     generator, samples=1))
                 next_obs, raw, unc = model["next_observations"], model["rewards"], model["uncertainty"]
                 finite = torch.isfinite(next_obs).all(-1) & torch.isfinite(raw)
                 terminal = self.termination_fn(next_obs) & finite
@@ -425,9 +440,9 @@ class PosteriorGenerator:
     provides_dynamics = True  # its ensemble
 
     def __init__(self, dynamics, termination_fn: TerminationFn, histories: Histories,
-                 config: PosteriorGeneratorConfig = None):
+                 config: PosteriorGeneratorConfig = None, refiner: Optional[DynamicsRefiner] = None):
         self.config = config if config is not None else PosteriorGeneratorConfig()
-        self.rollouts = PosteriorRollouts(dynamics, termination_fn, histories, self.config.posterior)
+        self.rollouts = PosteriorRollouts(dynamics, termination_fn, histories, self.config.posterior, refiner)
 
     @property
     def dynamics(self):
@@ -447,14 +462,18 @@ class PosteriorGenerator:
                     progress: bool = True) -> "PosteriorGenerator":
         """The generator for ``dataset``: the ensemble from ``model_path``, or from the cache (fitted on
         ``dataset`` with ``config.dynamics`` the first time), and the dataset's histories cut at the
-        env's horizon."""
+        env's horizon; with ``posterior.refiner.enabled`` also the refiner (`load_or_fit_refiner`, in
+        ``cache_dir`` too where it is given)."""
         env = dataset_env(dataset, "generator=posterior")
         histories = Histories(dataset, env_horizon(env), device)  # an env without a horizon fails before the fit
         if model_path is not None:
             dynamics = GaussianEnsembleDynamics.load(model_path, map_location=device)
         else:
             dynamics, _ = load_or_fit_dynamics(dataset, config.dynamics, cache_dir, device, progress)
-        return cls(dynamics.to(torch.device(device)), env.termination_fn, histories, config)
+        refiner = None
+        if config.posterior.refiner.enabled:
+            refiner, _ = load_or_fit_refiner(dataset, config.posterior.refiner, cache_dir, device, progress)
+        return cls(dynamics.to(torch.device(device)), env.termination_fn, histories, config, refiner)
 
     def generate(self, policy: Policy, real: Optional[dict[str, torch.Tensor]] = None,
                  rng: Optional[torch.Generator] = None) -> tuple[dict[str, torch.Tensor], dict[str, float]]:

@@ -113,17 +113,18 @@ from mbrl_offline.data.termination import TerminationFn
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators.upmpc import UPMPCConfig, upmpc_actions
 from mbrl_offline.models.dynamics import DynamicsConfig, GaussianEnsembleDynamics, load_or_fit_dynamics
-from mbrl_offline.models.fitting import check_dynamics_rows
+from mbrl_offline.models.fitting import check_dynamics_rows, check_fit_rows
+from mbrl_offline.models.refiner import DynamicsRefiner, RefinerConfig, load_or_fit_refiner
 from mbrl_offline.models.true_dynamics import TrueDynamics
 from mbrl_offline.models.uncertainty import max_pairwise_distance
 from mbrl_offline.pairing import check_policy
 from mbrl_offline.registry import register_generator
 from mbrl_offline.roles import GeneratorConfig, Policy, ValueFunction
-PENALTIES = ("none", "aleatoric", "disagreement", "epistemic")
+PENALTIES = ("none", "aleatoric", "disagreement", "epistemic", "refiner")
 PLANNERS = ("policy", "upmpc")
 UNCERTAINTIES = ("aleatoric", "disagreement", "epistemic")
 MEMBERS = ("step", "rollout", "every")
-HALTS = ("none", "usad")
+HALTS = ("none", "usad", "refiner")
 STARTS = ("data", "initial")
 WHEN_ZERO = ("mle_finetune", "skip")  # AdversarialConfig.when_zero
 MLE_BATCHES = ("shared", "per_member")  # AdversarialConfig.mle_batch
@@ -141,13 +142,16 @@ class RolloutConfig:
     member: str = "step"
     uncertainty: bool = False  # log per-transition uncertainty (costs every member on every row)
     # Reward penalty r - penalty_coef * u on model transitions: none, aleatoric (MOPO: max over members
-    # of the predicted std's norm), disagreement (COPlanner's sampled ensemble std), epistemic.
+    # of the predicted std's norm), disagreement (COPlanner's sampled ensemble std), epistemic, or
+    # refiner (the spread of the refiner's samples; needs refiner.enabled and refiner.samples >= 2).
     penalty: str = "none"
     penalty_coef: float = 0.0  # lambda
     planner: str = "policy"  # rollout actions: policy (sampled from the current policy) or upmpc (COPlanner)
     upmpc: UPMPCConfig = field(default_factory=UPMPCConfig)  # used when planner is upmpc
     # --- MOReL's pessimistic MDP (see the module docstring)
-    halt: str = "none"  # "usad": halt where the members' disagreement exceeds the threshold; "none": never
+    # "usad": halt where the members' disagreement exceeds the threshold; "refiner": where the refiner's
+    # spread does (threshold: its max over the dataset's rows / pessimism_coef); "none": never
+    halt: str = "none"
     pessimism_coef: float = 3.0  # kappa_p: threshold = max over the dataset of delta / kappa_p (MOReL hopper-medium: 3)
     halt_reward: float = 0.0  # added to the halting transition's reward (official truncate_reward 0; paper: -kappa)
     halt_min_steps: int = 1  # no halt before a rollout's step halt_min_steps - 1 (official MOReL: 4)
@@ -155,6 +159,8 @@ class RolloutConfig:
     min_length: int = 1  # rollouts with fewer steps are dropped (official MOReL: 5)
     clamp: Optional[float] = None  # actions and next states clamped to ±clamp (official MOReL: 100); None: not
     label_paths: bool = False  # store each row's path (its index in the generation) and step, for path learners
+    # A PDE-Refiner for each step's prediction (`mbrl_offline.models.refiner`; off unless refiner.enabled)
+    refiner: RefinerConfig = field(default_factory=RefinerConfig)
 
     def __post_init__(self):
         check_field_types(self, "rollout")  # types first; nested mappings become configs
@@ -175,6 +181,11 @@ class RolloutConfig:
             raise ConfigError(f"unknown rollout.planner '{self.planner}'; choose one of {', '.join(PLANNERS)}.")
         if self.penalty_coef < 0:
             raise ConfigError(f"rollout.penalty_coef must be >= 0, got {self.penalty_coef}.")
+        for setting, value in (("penalty", self.penalty), ("halt", self.halt)):
+            if value == "refiner" and not self.refiner.gives_spread:
+                raise ConfigError(f"rollout.{setting}=refiner reads the spread of the refiner's samples, and this "
+                                  f"refiner gives none; set rollout.refiner.enabled=true and "
+                                  f"rollout.refiner.samples to 2 or more.")
 
     def capacity(self, members: int) -> int:
         """The synthetic buffer's rows: ``retain_epochs`` generations of at most ``rollouts_per_epoch``
@@ -189,7 +200,7 @@ class RolloutConfig:
     @property
     def computes_uncertainty(self) -> bool:
         """Whether every member is evaluated on every row (for the log, a penalty or a halt)."""
-        return self.uncertainty or self.penalty != "none" or self.halt != "none"
+        return self.uncertainty or self.penalty in UNCERTAINTIES or self.halt == "usad"
 
     @property
     def extra_fields(self) -> dict:
@@ -199,9 +210,11 @@ class RolloutConfig:
         fields = {"member": ((), torch.long)}
         if self.computes_uncertainty:
             fields.update({key: ((), torch.float32) for key in UNCERTAINTIES})
+        if self.refiner.gives_spread:
+            fields["refiner"] = ((), torch.float32)  # the spread of the refiner's samples
         if self.penalty != "none":
             fields["model_rewards"] = ((), torch.float32)
-        if self.halt != "none":
+        if self.halt == "usad":
             fields["usad"] = ((), torch.float32)  # MOReL's disagreement delta(s, a)
         if self.label_paths:
             fields.update(path=((), torch.long), step=((), torch.long))
@@ -213,9 +226,13 @@ class BranchedRollouts:
     from given start states."""
 
     def __init__(self, dynamics, termination_fn: TerminationFn,
-                 config: RolloutConfig = RolloutConfig()):
+                 config: RolloutConfig = RolloutConfig(), refiner: Optional[DynamicsRefiner] = None):
         self.dynamics, self.termination_fn, self.config = dynamics, termination_fn, config
-        self.threshold: Optional[float] = None  # USAD's, set from the real data at the first generation
+        if config.refiner.enabled and refiner is None:
+            raise ConfigError("rollout.refiner.enabled is set and no refiner was given; pass a fitted "
+                              "DynamicsRefiner (load_or_fit_refiner), or set rollout.refiner.enabled=false.")
+        self.refiner = refiner if config.refiner.enabled else None
+        self.threshold: Optional[float] = None  # the halt's, set from the real data at the first generation
 
     @property
     def buffer_capacity(self) -> int:
@@ -233,6 +250,9 @@ class BranchedRollouts:
         if self.config.halt == "usad" and self.threshold is None:
             self.threshold = usad_threshold(self.dynamics, real["observations"], real["actions"],
                                             self.config.pessimism_coef)
+        elif self.config.halt == "refiner" and self.threshold is None:
+            self.threshold = refiner_threshold(self.dynamics, self.refiner, real["observations"], real["actions"],
+                                               self.config.pessimism_coef, generator)
         observations = real["observations"]
         if self.config.start == "initial":
             observations = observations[episode_starts(real["terminals"], real["timeouts"])]
@@ -264,9 +284,9 @@ class BranchedRollouts:
         steps: list[dict[str, torch.Tensor]] = []
         obs = start_observations
         uncertainty = cfg.computes_uncertainty
-        if cfg.halt == "usad" and self.threshold is None:
-            raise ValueError("rollout with halt='usad' needs the threshold: call generate, or set .threshold "
-                             "(usad_threshold on the real data)")
+        if cfg.halt != "none" and self.threshold is None:
+            raise ValueError(f"rollout with halt='{cfg.halt}' needs the threshold: call generate, or set .threshold "
+                             f"({cfg.halt}_threshold on the real data)")
 
         def sample(observations: torch.Tensor) -> torch.Tensor:
             return policy.sample(observations)[0]
@@ -291,6 +311,9 @@ class BranchedRollouts:
                 actions = actions.clamp(-cfg.clamp, cfg.clamp)
             model = self.dynamics.step(obs, actions, generator, deterministic=cfg.deterministic_model,
                                        uncertainty=uncertainty, members=members)
+            if self.refiner is not None:  # step 0 is the model's prediction (or the refiner's own)
+                model.update(self.refiner.refine(obs, actions, model["next_observations"], model["rewards"],
+                                                 generator))
             next_obs, rewards = model["next_observations"], model["rewards"]
             if cfg.clamp is not None:
                 next_obs = next_obs.clamp(-cfg.clamp, cfg.clamp)
@@ -298,16 +321,17 @@ class BranchedRollouts:
             terminals = self.termination_fn(next_obs) & finite
             step = {"observations": obs, "actions": actions, "rewards": rewards, "next_observations": next_obs,
                     "terminals": terminals, "member": model["member"], "path": path,
-                    "step": torch.full_like(path, t), **{k: model[k] for k in UNCERTAINTIES if k in model}}
+                    "step": torch.full_like(path, t),
+                    **{k: model[k] for k in (*UNCERTAINTIES, "refiner") if k in model}}
             if cfg.penalty != "none":
                 step["model_rewards"] = rewards
                 step["rewards"] = rewards - cfg.penalty_coef * model[cfg.penalty]
-            if cfg.halt == "usad":  # halt at the first violation, but not before step halt_min_steps - 1
-                flagged = flagged | (model["usad"] > self.threshold)
+            if cfg.halt != "none":  # halt at the first violation, but not before step halt_min_steps - 1
+                flagged = flagged | (model[cfg.halt] > self.threshold)
                 halts = flagged & (t >= cfg.halt_min_steps - 1) & ~terminals & finite
                 step["rewards"] = step["rewards"] + cfg.halt_reward * halts
                 step["terminals"] = terminals = terminals | halts
-                step["halts"], step["usad"] = halts, model["usad"]
+                step["halts"], step[cfg.halt] = halts, model[cfg.halt]
             if not bool(finite.all()):
                 step = {k: v[finite] for k, v in step.items()}
             steps.append(step)
@@ -336,10 +360,10 @@ class BranchedRollouts:
         }
         if halted is not None:
             stats["halted_fraction"] = halted / paths  # of the rollouts, short ones included
-            stats["usad_threshold"] = self.threshold
+            stats[f"{cfg.halt}_threshold"] = self.threshold
         if cfg.min_length > 1:
             stats["dropped_fraction"] = (lengths < cfg.min_length).float().mean().item()
-        for key in (*UNCERTAINTIES, "usad", "model_rewards"):
+        for key in (*UNCERTAINTIES, "usad", "refiner", "model_rewards"):
             if key in batch:
                 stats[f"{key}_mean"] = batch[key].mean().item() if n else float("nan")
         return batch, stats
@@ -363,6 +387,21 @@ def usad_threshold(dynamics, observations: torch.Tensor, actions: torch.Tensor, 
     for start in range(0, len(observations), chunk):
         mean, _ = dynamics.predict(observations[start:start + chunk], actions[start:start + chunk])
         largest = torch.maximum(largest, max_pairwise_distance(mean).max())
+    return largest.item() / pessimism_coef
+
+
+@torch.no_grad()
+def refiner_threshold(dynamics, refiner: DynamicsRefiner, observations: torch.Tensor, actions: torch.Tensor,
+                      pessimism_coef: float, generator: Optional[torch.Generator] = None, chunk: int = 65536) -> float:
+    """``halt="refiner"``'s threshold, by USAD's rule: the largest spread of the refiner's samples over the
+    given rows (each refining the model's step from the row's state and action), divided by
+    ``pessimism_coef``."""
+    largest = torch.zeros((), device=observations.device)
+    for start in range(0, len(observations), chunk):
+        obs, act = observations[start:start + chunk], actions[start:start + chunk]
+        model = dynamics.step(obs, act, generator)
+        spread = refiner.refine(obs, act, model["next_observations"], model["rewards"], generator)["refiner"]
+        largest = torch.maximum(largest, spread.max())
     return largest.item() / pessimism_coef
 
 
@@ -620,6 +659,9 @@ class RolloutGeneratorConfig(GeneratorConfig):
         if self.standardise_observations and self.rollout.planner == "upmpc":
             raise ConfigError("generator.rollout.planner=upmpc plans with the model's raw-unit predictions; set "
                               "generator.standardise_observations=false.")
+        if self.true_dynamics and self.rollout.refiner.enabled:
+            raise ConfigError("generator.rollout.refiner refines a learned model's predictions, and "
+                              "generator.true_dynamics=true rolls out in the simulator; set one of them to false.")
         if self.rollout.halt == "usad" and (self.true_dynamics or self.dynamics.ensemble_size < 2):
             model = "the simulator" if self.true_dynamics else "a model of one member"
             raise ConfigError(f"generator.rollout.halt=usad thresholds the disagreement between ensemble members, and "
@@ -646,6 +688,10 @@ class RolloutGeneratorConfig(GeneratorConfig):
         """Enough rows for the ensemble's holdout and batches (`mbrl_offline.models.fitting.check_fit_rows`)."""
         if model_path is None and not self.true_dynamics:
             check_dynamics_rows(dataset, self.dynamics)
+        refiner = self.rollout.refiner
+        if refiner.enabled:
+            check_fit_rows(len(dataset), refiner.holdout_ratio, None, refiner.batch_size,
+                           f"the dataset ({dataset.source}) for generator.rollout.refiner")
 
 
 @register_generator
@@ -662,14 +708,14 @@ class RolloutGenerator:
     provides_dynamics = True  # its ensemble (or the simulator) is handed to agents that need one (MOBILE)
 
     def __init__(self, dynamics, termination_fn: TerminationFn,
-                 config: RolloutGeneratorConfig = RolloutGeneratorConfig()):
+                 config: RolloutGeneratorConfig = RolloutGeneratorConfig(), refiner: Optional[DynamicsRefiner] = None):
         self.config = config
         self.fitted = dynamics  # the model as fitted or loaded: never changed (``model``)
         self.adversary = None
         if config.adversarial.active:  # the rollouts step a copy that the adversarial phases train
             dynamics = copy.deepcopy(dynamics)
             self.adversary = AdversarialTrainer(dynamics, termination_fn, config.adversarial, config.rollout.horizon)
-        self.rollouts = BranchedRollouts(dynamics, termination_fn, config.rollout)
+        self.rollouts = BranchedRollouts(dynamics, termination_fn, config.rollout, refiner)
 
     @property
     def dynamics(self):
@@ -703,7 +749,9 @@ class RolloutGenerator:
                     progress: bool = True) -> "RolloutGenerator":
         """The generator for ``dataset``'s env: the simulator if ``config.true_dynamics``; else the
         ensemble from ``model_path``, or from the cache (trained on ``dataset`` with ``config.dynamics``
-        the first time)."""
+        the first time); with ``rollout.refiner.enabled`` also the refiner, from the cache (fitted on
+        ``dataset``'s raw transitions the first time, `load_or_fit_refiner`; in ``cache_dir`` too where it is
+        given)."""
         env = dataset_env(dataset, "generator=rollouts")
         if config.true_dynamics:
             if model_path is not None:
@@ -722,7 +770,10 @@ class RolloutGenerator:
                                   f"generator.rollout.halt=none.")
             if config.standardise_observations:
                 dynamics = StandardisedDynamics(dynamics, torch.as_tensor(mean), torch.as_tensor(std))
-        return cls(dynamics.to(torch.device(device)), env.termination_fn, config)
+        refiner = None
+        if config.rollout.refiner.enabled:  # it refines raw-unit transitions, as the rollouts store them
+            refiner, _ = load_or_fit_refiner(dataset, config.rollout.refiner, cache_dir, device, progress)
+        return cls(dynamics.to(torch.device(device)), env.termination_fn, config, refiner)
 
     def generate(self, policy: Policy, real: dict[str, torch.Tensor], rng: Optional[torch.Generator] = None
                  ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
