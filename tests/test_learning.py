@@ -187,13 +187,27 @@ CASES = {
 }
 
 
-def learning_run(name: str, run_dir, cache_dir, seed: int = 0, device: str = "cpu") -> tuple[float, list[float]]:
+def with_refiner(generator, refiner):
+    """``generator`` (rollouts or NEUBAY's posterior) with each model step refined by ``refiner`` (a
+    `RefinerConfig`)."""
+    if generator.kind == "rollouts":
+        return dataclasses.replace(generator, rollout=dataclasses.replace(generator.rollout, refiner=refiner))
+    if generator.kind == "posterior":
+        return dataclasses.replace(generator, posterior=dataclasses.replace(generator.posterior, refiner=refiner))
+    raise ValueError(f"generator {generator.kind} steps no dynamics model to refine")
+
+
+def learning_run(name: str, run_dir, cache_dir, seed: int = 0, device: str = "cpu",
+                 refiner=None) -> tuple[float, list[float]]:
     """Case ``name`` trained with ``seed`` (`TrainerConfig.seed`; `build_run` seeds torch with it):
     the data's normalised score and the evaluations' (`benchmarks/learning_seeds.py` runs it for any
-    seeds)."""
+    seeds). With ``refiner`` (a `RefinerConfig`), its generator's model steps are refined
+    (`with_refiner`)."""
     agent_cls, configs, dataset, epochs, *updates = CASES[name]
     data = load_dataset(dataset)
     config, generator = configs()
+    if refiner is not None:
+        generator = with_refiner(generator, refiner)
     trainer = build_run(agent_cls.name, data, config, generator,
                         TrainerConfig(epochs=epochs, updates_per_epoch=(updates or [250])[0], eval_every=4, eval_episodes=10, seed=seed,
                                       run_dir=str(run_dir), progress=False, tensorboard=False),

@@ -267,3 +267,16 @@ def test_the_command_line_trains_with_a_refiner_in_rollouts_and_in_the_posterior
                  "generator.posterior.refiner.updates=50", f"trainer.run_dir={tmp_path / 'run2'}", tmp_path=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "final normalised score" in result.stdout
+
+
+def test_the_learning_cases_take_a_refiner_on_their_generator():
+    """`benchmarks/learning_seeds.py --refiner` runs the learning cases with their model steps refined."""
+    from test_learning import CASES, with_refiner
+
+    refiner = RefinerConfig(enabled=True, sigma_min=0.01)
+    posterior = with_refiner(CASES["neubay"][1]()[1], refiner)
+    assert posterior.posterior.refiner == refiner
+    rollouts = with_refiner(CASES["mopo"][1]()[1], refiner)
+    assert rollouts.rollout.refiner == refiner and rollouts.rollout.horizon == CASES["mopo"][1]()[1].rollout.horizon
+    with pytest.raises(ValueError, match="steps no dynamics model"):
+        with_refiner(CASES["td3bc"][1]()[1], refiner)

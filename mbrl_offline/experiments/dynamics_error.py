@@ -421,8 +421,8 @@ def main(argv: list[str]) -> None:
     print(f"\nLong-horizon error (the actions replayed in the simulator; RMS over dimensions, in data stds) and "
           f"the share of trajectories within {cfg.tolerance:g}:\n")
     print(long_horizon_table(results, cfg.tolerance))
-    title = (f"{dataset.source}: {cfg.starts} starts, λ = {cfg.scale}, target {what.split(' from ')[0]}, "
-             f"seed {cfg.seed}")
+    guided = f", λ = {cfg.scale}" if diffusion else ""
+    title = f"{dataset.source}: {cfg.starts} starts{guided}, target {what.split(' from ')[0]}, seed {cfg.seed}"
     print(f"\nwrote {plot_errors(results, cfg.out, title, cfg.tolerance)}")
 
 
