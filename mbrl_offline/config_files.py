@@ -48,6 +48,7 @@ def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
     each from the registry wherever ``config_dir`` has no YAML file of that name."""
     from hydra.core.config_store import ConfigStore
 
+    from mbrl_offline.adjust import CDSAConfig
     from mbrl_offline.trainer import TrainerConfig
     from mbrl_offline.tune import SweepConfig
 
@@ -56,6 +57,7 @@ def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
     store = ConfigStore.instance()
     store.store(group="trainer", name="defaults", node=config_to_dict(TrainerConfig()))
     store.store(group="sweep", name="sweep_defaults", node=config_to_dict(SweepConfig()))
+    store.store(group="cdsa", name="defaults", node=config_to_dict(CDSAConfig()))  # the evaluate tool's cdsa.*
     nodes = []  # (group, name, settings)
     agents, generators = registered_families()
     for name, (agent_cls, config_cls) in agents.items():
@@ -101,6 +103,8 @@ class EvaluateSettings:
     checkpoint: Optional[str] = None
     episodes: int = 10
     seed: int = 0
+    risk_level: float = 0.1
+    adjust: str = "none"
     device: str = "cpu"
 
 

@@ -53,7 +53,7 @@ class RunLogger:
                                  f"Check the free disk space, or set trainer.tensorboard=false.") from None
 
     def log(self, epoch: int, step: int, metrics: dict[str, dict[str, float]]) -> None:
-        """``metrics`` maps a group (``train``, ``rollout``, ``eval``, ``speed``) to scalars."""
+        """``metrics`` maps a group (``train``, ``rollout``, ``eval``, ``eval_cdsa``, ``speed``) to scalars."""
         if self.writer is not None:
             for group, values in metrics.items():
                 for name, value in values.items():
@@ -131,7 +131,7 @@ def _record_problem(record) -> Optional[str]:
     for key in ("epoch", "step"):
         if not isinstance(record.get(key), int) or isinstance(record.get(key), bool):
             return f"has no whole-number '{key}' (got {record.get(key)!r})"
-    for group in ("train", "rollout", "eval", "speed"):
+    for group in ("train", "rollout", "eval", "eval_cdsa", "speed"):
         if group in record and not isinstance(record[group], dict):
             return f"has '{group}' = {record[group]!r}, not an object of metrics"
     if "eval" in record:

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -50,6 +50,7 @@ import numpy as np
 import torch
 
 from mbrl_offline import platform
+from mbrl_offline.adjust import AdjustedEpisodePolicy, CDSA, CDSAConfig, check_adjust
 from mbrl_offline.buffer import Mixing, SequenceBuffer, TransitionBuffer, run_mixing
 from mbrl_offline.pairing import check_pair  # the one judge of an agent and a generator
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
@@ -102,6 +103,11 @@ class TrainerConfig:
     # The risk level alpha of each evaluation's value at risk and conditional value at risk of the
     # returns (`mbrl_offline.evaluation.risk_measures`): the share of worst episodes looked at.
     risk_level: float = 0.1
+    # Also evaluate with a test-time adjustment of the policy's actions: "none" or "cdsa" (CDSA,
+    # `mbrl_offline.adjust`, with the settings ``cdsa``): each evaluation then also records ``eval_cdsa``,
+    # the adjusted policy on the same episodes. Its models are fitted (or loaded) before the run starts.
+    adjust: str = "none"
+    cdsa: CDSAConfig = field(default_factory=CDSAConfig)
     checkpoint_every: int = 1  # epochs between checkpoints; the last epoch always gets one
     seed: int = 0
     run_dir: str = "runs/run"
@@ -117,6 +123,7 @@ class TrainerConfig:
         # inf turns the guard off; NaN or a bound <= 0 would stop every run at its first epoch
         require_in_range(self, "divergence_q", 0.0, low_open=True, finite=False, section="trainer")
         require_in_range(self, "risk_level", 0.0, 1.0, low_open=True, high_open=True, section="trainer")
+        check_adjust(self.adjust, "trainer.adjust")
         if not isinstance(self.run_dir, (str, Path)) or not str(self.run_dir).strip():
             raise ConfigError(f"trainer.run_dir = {self.run_dir!r} must name a folder, e.g. trainer.run_dir=runs/my-run.")
 
@@ -161,6 +168,7 @@ class Trainer:
             agent.set_total_updates(config.epochs * config.updates_per_epoch)
         self.history: list[dict] = []  # evaluation results, one per evaluated epoch
         self._checkpoints_written = 0  # by train(), in this process
+        self.adjuster = None  # CDSA with ``adjust="cdsa"``, built by `train` before it writes anything
 
     # ----------------------------------------------------------------------------------- loop
     def train(self, resume: bool = False, overwrite: bool = False) -> dict:
@@ -169,6 +177,9 @@ class Trainer:
         files first) is given (`check_run_dir`)."""
         cfg = self.config
         check_run_dir(self.run_dir, resume, overwrite)
+        if cfg.adjust == "cdsa" and self.adjuster is None:  # its models are fitted before any file is written
+            low, high = self.env.action_bounds()
+            self.adjuster = CDSA.for_dataset(cfg.cdsa, self.dataset, low, high, self.device, progress=cfg.progress)
         if resume:
             self.load_checkpoint(self.checkpoint_path)
         elif overwrite:
@@ -208,6 +219,10 @@ class Trainer:
                     start = time.perf_counter()
                     result = self.evaluate(cfg.eval_episodes)
                     record["eval"] = {k: v for k, v in result.items() if k != "returns"}
+                    if self.adjuster is not None:
+                        adjusted = self.evaluate(cfg.eval_episodes, adjusted=True)
+                        record["eval_cdsa"] = {k: v for k, v in adjusted.items() if k != "returns"}
+                        result = {**result, "cdsa": adjusted}
                     record["speed"]["eval_seconds"] = time.perf_counter() - start
                     self.history.append({"epoch": self.epoch, **result})
                     bar.set_postfix(score=f"{result['normalized_score']:.1f}")
@@ -331,11 +346,16 @@ class Trainer:
                 f"training diverged in epoch {self.epoch}: {bad[0]} = {metrics[bad[0]]:.4g}; {kept}. "
                 f"Try lower learning rates, a smaller horizon or more real data (generator.mixing.real_ratio).")
 
-    def evaluate(self, episodes: int) -> dict:
-        """The deterministic episode policy in the real env; seeds depend on the run seed and the epoch only."""
+    def evaluate(self, episodes: int, adjusted: bool = False) -> dict:
+        """The deterministic episode policy in the real env; seeds depend on the run seed and the epoch only.
+        With ``adjusted``, its actions adjusted by the run's adjuster (``trainer.adjust``), on the same seeds."""
         seed = int(np.random.SeedSequence([self.config.seed, self.epoch]).generate_state(1)[0] % 2**31)
-        return evaluate_policy(self.agent.episode_policy(deterministic=True), self.env, episodes, seed,
-                               self.config.risk_level)
+        policy = self.agent.episode_policy(deterministic=True)
+        if adjusted:
+            if self.adjuster is None:
+                raise ConfigError("evaluate(adjusted=True) needs trainer.adjust=cdsa (its models are built by train()).")
+            policy = AdjustedEpisodePolicy(policy, self.adjuster)
+        return evaluate_policy(policy, self.env, episodes, seed, self.config.risk_level)
 
     def summary(self) -> dict:
         """Final and last-ten mean normalised scores (as OfflineRL-Kit reports), never only the best."""
