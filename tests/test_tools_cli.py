@@ -142,8 +142,9 @@ def cfg_job_cases(tmp_path: Path) -> dict:
                           and c["mopo-true"]["generator"]["true_dynamics"] is True
                           and all(run["trainer"]["epochs"] == 3 for run in c.values())),
         "evaluate": ([f"checkpoint={path}/checkpoint.pt", "episodes=3", "--cfg", "job"],
-                     lambda c: c == {"checkpoint": f"{path}/checkpoint.pt", "episodes": 3, "seed": 0, "risk_level": 0.1,
-                                   "device": "cpu"}),
+                     lambda c: {k: v for k, v in c.items() if k != "cdsa"} == {
+                         "checkpoint": f"{path}/checkpoint.pt", "episodes": 3, "seed": 0, "risk_level": 0.1,
+                         "adjust": "none", "device": "cpu"} and c["cdsa"]["score_on"] == "states"),
         "collect": (["env=pendulum", f"collect.run_dir={path}", "--cfg", "job"],
                     lambda c: c["collect"]["run_dir"] == path and c["env"]["name"] == "pendulum"),
         "inspect_dataset": (["env=pendulum", f"dataset={path}.hdf5", f"out={path}/x.hdf5", "--cfg", "job"],

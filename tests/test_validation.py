@@ -20,7 +20,9 @@ from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.collect import CollectConfig, collect
 from mbrl_offline.config import CONFIG_DIR, check_device, check_writable_dir
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError
+from mbrl_offline.adjust import CDSAConfig
 from mbrl_offline.generators import RolloutConfig, RolloutGeneratorConfig, UPMPCConfig
+from mbrl_offline.models.refiner import RefinerConfig
 from mbrl_offline.models.dynamics import DynamicsConfig
 from mbrl_offline.algorithms.neubay import NEUBAYConfig
 from mbrl_offline.generators.posterior import PosteriorConfig, PosteriorGeneratorConfig
@@ -102,6 +104,17 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (CollectConfig, "confirm_episodes", 0), (CollectConfig, "start_steps", -1), (CollectConfig, "checkpoint_every", 0),
     (CollectConfig, "run_dir", ""), (CollectConfig, "namespace", ""), (CollectConfig, "version", " "),
     (CollectConfig, "device", "nonsense"), (CollectConfig, "torch_threads", -1),
+    (TrainerConfig, "adjust", "cdsb"),
+    (RefinerConfig, "steps", 0), (RefinerConfig, "sigma_min", 0.0), (RefinerConfig, "sigma_min", 1.0),
+    (RefinerConfig, "start", "zeros"), (RefinerConfig, "samples", 0), (RefinerConfig, "hidden_size", 0),
+    (RefinerConfig, "hidden_layers", 0), (RefinerConfig, "learning_rate", 0.0), (RefinerConfig, "batch_size", 0),
+    (RefinerConfig, "updates", 0), (RefinerConfig, "ema_decay", 1.0), (RefinerConfig, "holdout_ratio", 0.0),
+    (RefinerConfig, "seed", -1),
+    (CDSAConfig, "score_on", "actions"), (CDSAConfig, "sigma", 0.0), (CDSAConfig, "steps", 0),
+    (CDSAConfig, "step_size", 0.0), (CDSAConfig, "step_size", 1.5), (CDSAConfig, "combine", "add"),
+    (CDSAConfig, "weight", -0.1), (CDSAConfig, "score_width", 0), (CDSAConfig, "score_blocks", 0),
+    (CDSAConfig, "score_steps", 0), (CDSAConfig, "inverse_hidden", 0), (CDSAConfig, "inverse_layers", 0),
+    (CDSAConfig, "inverse_updates", 0), (CDSAConfig, "seed", -1),
 ]
 # Settings any value of their type suits (free text checked where it is used, or nested configs,
 # which have their own rows); bool fields need no range (their type is checked when a config is read).
@@ -111,7 +124,9 @@ ANY_VALUE = {(SweepConfig, "storage"), (SweepConfig, "study_name"), (SweepConfig
              (RolloutConfig, "upmpc"), (RolloutGeneratorConfig, "rollout"), (RolloutGeneratorConfig, "dynamics"),
              (RolloutGeneratorConfig, "mixing"), (RolloutGeneratorConfig, "adversarial"),  # its own rows in test_rambo
              (PosteriorGeneratorConfig, "posterior"),
-             (PosteriorGeneratorConfig, "dynamics"), (PosteriorGeneratorConfig, "mixing")}
+             (PosteriorGeneratorConfig, "dynamics"), (PosteriorGeneratorConfig, "mixing"),
+             (RolloutConfig, "refiner"), (PosteriorConfig, "refiner"), (TrainerConfig, "cdsa"),  # their own rows
+             (CDSAConfig, "dynamics")}
 
 
 @pytest.mark.parametrize("cls, field, value", BAD_SETTINGS,

@@ -27,8 +27,8 @@ Choices that are ours, each a setting of `RefinerConfig`:
   paper's values (sigma_min 2e-7 for Kuramoto-Sivashinsky; pdearena's defaults K = 4 and 4e-7)
   are tuned for the low-amplitude spatial frequencies of PDE fields; an 11-17-number robot state has
   no spatial spectrum, and at K = 3 and 4e-7 the first step's noise (0.0074 std) would be far below
-  a one-step model's error on standardised states (wave3_seeds.md: sweep 1e-4 to 1e-2). Whether
-  refining helps robot states at all is a question to measure, not to assume.
+  a one-step model's error on standardised states. Whether refining helps robot states at all is a
+  question to measure, not to assume (docs/generators.md has the measurements).
 * the network: an MLP of ``hidden_layers`` x ``hidden_size`` SiLU units on [u~, c, one-hot(k)]
   (the paper's networks are U-Nets and FNOs over a spatial grid, which a state vector does not have);
   Adam for ``updates`` steps of ``batch_size`` rows, with an exponential moving average of the weights
@@ -88,6 +88,7 @@ class RefinerConfig:
         require_above_zero(self, "learning_rate", section="refiner")
         require_in_range(self, "ema_decay", low=0.0, high=1.0, high_open=True, section="refiner")
         require_in_range(self, "holdout_ratio", low=0.0, high=1.0, low_open=True, high_open=True, section="refiner")
+        require_in_range(self, "seed", low=0, section="refiner")
         if self.start not in REFINER_STARTS:
             raise ConfigError(f"unknown refiner.start '{self.start}'; choose one of {', '.join(REFINER_STARTS)}.")
 
