@@ -219,3 +219,16 @@ def test_a_recurrent_checkpoint_policy_is_refused_in_one_line(tmp_path, monkeypa
     assert err.startswith(f"error: checkpoint={checkpoint} holds a neubay policy, which is recurrent"), err
     assert "give a feed-forward checkpoint" in err
     assert not (tmp_path / "cache").exists()  # nothing fitted
+
+
+def test_the_tools_refiner_defaults_are_the_libraries():
+    """refiner_steps, refiner_sigma_min and refiner_updates default to `RefinerConfig`'s."""
+    import yaml
+
+    from mbrl_offline.config import CONFIG_DIR
+    from mbrl_offline.models.refiner import RefinerConfig
+
+    settings = yaml.safe_load((CONFIG_DIR / "dynamics_error.yaml").read_text())
+    default = RefinerConfig()
+    assert (settings["refiner_steps"], settings["refiner_sigma_min"], settings["refiner_updates"]) == (
+        default.steps, default.sigma_min, default.updates)

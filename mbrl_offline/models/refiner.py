@@ -23,12 +23,13 @@ Choices that are ours, each a setting of `RefinerConfig`:
 * ``start="ensemble"`` (the default): step 0 is the dynamics model's own prediction, as the rollout
   draws it, and the network is trained on k = 1..K only; ``start="own"`` is the paper's (k = 0..K,
   step 0 is NO(0, c, 0)).
-* ``steps`` K = 3 and ``sigma_min`` = 1e-3, so sigma = 0.1, 0.01, 0.001 of a target's std. The
+* ``steps`` K = 3 and ``sigma_min`` = 0.1, so sigma = 0.46, 0.22, 0.1 of a target's std. The
   paper's values (sigma_min 2e-7 for Kuramoto-Sivashinsky; pdearena's defaults K = 4 and 4e-7)
   are tuned for the low-amplitude spatial frequencies of PDE fields; an 11-17-number robot state has
   no spatial spectrum, and at K = 3 and 4e-7 the first step's noise (0.0074 std) would be far below
-  a one-step model's error on standardised states. Whether refining helps robot states at all is a
-  question to measure, not to assume (docs/generators.md has the measurements).
+  a one-step model's error on standardised states. 0.1 was the best of 1e-3, 1e-2 and 0.1 in 200-step
+  rollouts on pendulum-medium and hopper-medium, and the only one whose hopper rollouts did not
+  diverge (docs/generators.md has the measurements and the command).
 * the network: an MLP of ``hidden_layers`` x ``hidden_size`` SiLU units on [u~, c, one-hot(k)]
   (the paper's networks are U-Nets and FNOs over a spatial grid, which a state vector does not have);
   Adam for ``updates`` steps of ``batch_size`` rows, with an exponential moving average of the weights
@@ -64,7 +65,7 @@ REFINER_STARTS = ("ensemble", "own")
 class RefinerConfig:
     enabled: bool = False  # refine each model step's prediction (off: the model's prediction as it is)
     steps: int = 3  # K: refinement steps, sigma_k = sigma_min^(k/K), k = 1..K
-    sigma_min: float = 1e-3  # the last step's noise std, in units of each target's std; in (0, 1)
+    sigma_min: float = 0.1  # the last step's noise std, in units of each target's std; in (0, 1)
     # Step 0: "ensemble" (the dynamics model's own prediction; the network learns k = 1..K) or "own"
     # (the paper's: the network's prediction from zeros at k = 0, which it also learns).
     start: str = "ensemble"
