@@ -1,0 +1,120 @@
+"""CDSA's effect, measured: agents trained as in the learning tests (`tests/test_learning.py`'s `CASES`),
+then evaluated with and without CDSA's test-time adjustment (`mbrl_offline.adjust`) on the same episodes.
+
+    python benchmarks/cdsa.py --agents td3bc iql --seeds 0 1 2 [--episodes 20] [--jobs 2] [--cdsa sigma=0.2 ...]
+
+Each (agent, seed) trains with exactly its learning test's settings and ``trainer.adjust=cdsa``, so
+every evaluation also runs the adjusted policy on the same episode seeds; the last evaluation uses
+``--episodes`` episodes. CDSA's models are fitted once per dataset first (then loaded from a shared
+cache by every run). Prints one markdown row per agent and seed: the normalised score, its value at
+risk and conditional value at risk at the risk level 0.1, without and with the adjustment, and the
+mean over seeds.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import platform
+import statistics
+import sys
+import tempfile
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+TEST_FILE = Path(__file__).resolve().parents[1] / "tests" / "test_learning.py"
+MEASURES = ("normalized_score", "normalized_score_var", "normalized_score_cvar")
+
+
+def _cases():
+    spec = importlib.util.spec_from_file_location("learning_cases", TEST_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _cdsa_config(settings: list[str]):
+    from mbrl_offline.adjust import CDSAConfig
+    from mbrl_offline.config import config_to_dataclass
+
+    values = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"error: --cdsa takes setting=value, got {item!r}")
+        values[key] = value
+    return config_to_dataclass(CDSAConfig, values, "cdsa")
+
+
+def _run(name: str, seed: int, episodes: int, cdsa_settings: list[str], cache_dir: str):
+    import torch
+
+    from mbrl_offline import build_run, load_dataset
+    from mbrl_offline.trainer import TrainerConfig
+
+    torch.set_num_threads(1)
+    cases = _cases()
+    agent_cls, configs, dataset, epochs, *updates = cases.CASES[name]
+    config, generator = configs()
+    data = load_dataset(dataset)
+    with tempfile.TemporaryDirectory() as run_dir:
+        trainer = build_run(agent_cls.name, data, config, generator,
+                            TrainerConfig(epochs=epochs, updates_per_epoch=(updates or [250])[0], eval_every=epochs,
+                                          eval_episodes=episodes, seed=seed, run_dir=str(Path(run_dir) / "run"),
+                                          progress=False, tensorboard=False, adjust="cdsa",
+                                          cdsa=_cdsa_config(cdsa_settings)),
+                            "cpu", cache_dir=cache_dir)
+        trainer.train()
+    last = trainer.history[-1]
+    return name, seed, data.summary()["normalized_score_mean"], {m: last[m] for m in MEASURES}, \
+        {m: last["cdsa"][m] for m in MEASURES}
+
+
+def main() -> None:
+    cases = _cases()
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--agents", nargs="+", default=["td3bc", "iql"], choices=list(cases.CASES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--episodes", type=int, default=20, help="episodes of the last evaluation")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one torch thread each)")
+    parser.add_argument("--cdsa", nargs="*", default=[], help="CDSA settings, setting=value (CDSAConfig)")
+    args = parser.parse_args()
+    if any(s < 0 for s in args.seeds) or args.episodes < 1 or args.jobs < 1:
+        parser.error("seeds must be >= 0, --episodes and --jobs at least 1")
+    config = _cdsa_config(args.cdsa)
+
+    import torch
+
+    from mbrl_offline import load_dataset
+    from mbrl_offline.adjust import CDSA
+    from mbrl_offline.data.envs import get_env_info
+
+    with tempfile.TemporaryDirectory() as cache_dir:
+        torch.set_num_threads(args.jobs)
+        for dataset in sorted({cases.CASES[name][2] for name in args.agents}):  # fitted once, loaded by every run
+            data = load_dataset(dataset)
+            low, high = get_env_info(data.env_name).action_bounds()
+            CDSA.for_dataset(config, data, low, high)
+        with ProcessPoolExecutor(args.jobs) as pool:
+            results = list(pool.map(_run, *zip(*[(n, s, args.episodes, args.cdsa, cache_dir) for n in args.agents
+                                                 for s in args.seeds])))
+
+    cpu = platform.processor() or platform.machine()
+    print(f"{cpu}; CDSA {dataclasses.asdict(config) | {'dynamics': '(DynamicsConfig as set)'}}")
+    print(f"Normalised score of the last evaluation ({args.episodes} episodes), its value at risk and conditional "
+          f"value at risk at level 0.1, without / with CDSA:\n")
+    print("| agent | dataset (score) | seed | score | VaR | CVaR | score, CDSA | VaR, CDSA | CVaR, CDSA |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in args.agents:
+        rows = [r for r in results if r[0] == name]
+        for _, seed, data_score, plain, adjusted in rows:
+            cells = [f"{plain[m]:.1f}" for m in MEASURES] + [f"{adjusted[m]:.1f}" for m in MEASURES]
+            print(f"| {name} | {cases.CASES[name][2]} ({data_score:.1f}) | {seed} | {' | '.join(cells)} |")
+        means = [f"{statistics.mean(r[3][m] for r in rows):.1f}" for m in MEASURES] + \
+                [f"{statistics.mean(r[4][m] for r in rows):.1f}" for m in MEASURES]
+        print(f"| {name} | | mean | {' | '.join(means)} |")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
