@@ -81,7 +81,12 @@ def main() -> None:
     args = parser.parse_args()
     if any(s < 0 for s in args.seeds) or args.episodes < 1 or args.jobs < 1:
         parser.error("seeds must be >= 0, --episodes and --jobs at least 1")
-    config = _cdsa_config(args.cdsa)
+    from mbrl_offline.errors import ConfigError
+
+    try:
+        config = _cdsa_config(args.cdsa)
+    except ConfigError as error:
+        parser.error(str(error))
 
     import torch
 
