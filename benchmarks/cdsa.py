@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
-import platform
 import statistics
 import sys
 import tempfile
@@ -104,8 +103,9 @@ def main() -> None:
             results = list(pool.map(_run, *zip(*[(n, s, args.episodes, args.cdsa, cache_dir) for n in args.agents
                                                  for s in args.seeds])))
 
-    cpu = platform.processor() or platform.machine()
-    print(f"{cpu}; CDSA {dataclasses.asdict(config) | {'dynamics': '(DynamicsConfig as set)'}}")
+    from throughput import cpu_name  # the CPU's model, family and model number
+
+    print(f"{cpu_name()}; CDSA {dataclasses.asdict(config) | {'dynamics': '(DynamicsConfig as set)'}}")
     print(f"Normalised score of the last evaluation ({args.episodes} episodes), its value at risk and conditional "
           f"value at risk at level 0.1, without / with CDSA:\n")
     print("| agent | dataset (score) | seed | score | VaR | CVaR | score, CDSA | VaR, CDSA | CVaR, CDSA |")
