@@ -33,6 +33,8 @@ def _cases():
 
 
 def _cdsa_config(settings: list[str]):
+    import yaml
+
     from mbrl_offline.adjust import CDSAConfig
     from mbrl_offline.config import config_to_dataclass
 
@@ -41,7 +43,7 @@ def _cdsa_config(settings: list[str]):
         key, sep, value = item.partition("=")
         if not sep:
             raise SystemExit(f"error: --cdsa takes setting=value, got {item!r}")
-        values[key] = value
+        values[key] = yaml.safe_load(value)  # as the command line reads a value: 1 is a number, delta a word
     return config_to_dataclass(CDSAConfig, values, "cdsa")
 
 
