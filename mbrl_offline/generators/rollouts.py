@@ -19,6 +19,10 @@ Two options turn these into the rollouts of other methods, with any agent:
   ``disagreement`` COPlanner's, ``epistemic`` the spread of the members' means;
 * ``planner="upmpc"``: each action is chosen by COPlanner's UP-MPC (`mbrl_offline.generators.upmpc`)
   instead of sampled from the policy;
+* ``refiner`` (`mbrl_offline.models.refiner.RefinerConfig`, off unless ``enabled``): each stored step's
+  prediction is refined by a PDE-Refiner fitted on the data (UP-MPC's planning steps are not), and
+  with two or more ``samples`` the spread of its refinements is the row's ``refiner`` uncertainty,
+  which ``penalty="refiner"`` and ``halt="refiner"`` read;
 * ``halt="usad"``: MOReL's pessimistic MDP (Kidambi et al. 2020; aravindr93/mjrl v2,
   ``projects/morel/run_morel.py`` and ``mjrl/algos/mbrl/model_based_npg.py``). Its unknown-state
   detector (USAD) is a threshold on the ensemble's disagreement, delta(s, a) = max_{i<j}
