@@ -42,6 +42,7 @@ from torch import nn
 
 from mbrl_offline.cache import load_or_fit
 from mbrl_offline.config import check_field_types, require_above_zero, require_in_range, require_positive
+from mbrl_offline.data.dataset import true_successors
 from mbrl_offline.errors import CheckpointError, ConfigError, InputError, NotFittedError
 from mbrl_offline.models.diffusion import DiffusionModel, DiffusionTrainConfig, load_or_fit_diffusion
 from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
@@ -117,12 +118,9 @@ class InverseDynamics(nn.Module):
 
     def fit(self, dataset, updates: int, seed: int = 0, batch_size: int = 256, lr: float = 1e-3) -> "InverseDynamics":
         device = self.low.device
-        obs, nxt, act = (torch.as_tensor(np.asarray(getattr(dataset, k), np.float32), device=device)
+        keep = true_successors(dataset)
+        obs, nxt, act = (torch.as_tensor(np.asarray(getattr(dataset, k), np.float32)[keep], device=device)
                          for k in ("observations", "next_observations", "actions"))
-        keep = torch.ones(len(obs), dtype=torch.bool, device=device)
-        if getattr(dataset, "metadata", {}).get("inferred_next_observations"):
-            keep = ~torch.as_tensor(np.asarray(dataset.terminals, bool), device=device)
-        obs, nxt, act = obs[keep], nxt[keep], act[keep]
         pairs = torch.cat([obs, nxt], -1)
         self.mean.copy_(pairs.mean(0))
         self.std.copy_(pairs.std(0).clamp_min(1e-6))

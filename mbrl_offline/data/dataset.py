@@ -171,6 +171,16 @@ class OfflineDataset:
         )
 
 
+def true_successors(dataset) -> np.ndarray:
+    """A mask of the rows whose ``next_observations`` are the true successors: every row, except the
+    terminal rows of data whose next observations were inferred (``metadata["inferred_next_observations"]``:
+    a D4RL file without stored next observations, `mbrl_offline.data.d4rl_hdf5`), where the stored one
+    is not the state the action led to. Models of transitions leave those rows out."""
+    if getattr(dataset, "metadata", {}).get("inferred_next_observations"):
+        return ~np.asarray(dataset.terminals, bool)
+    return np.ones(len(dataset.rewards), bool)
+
+
 def require_dataset(dataset, where: str) -> None:
     """Raise `InputTypeError` naming ``where`` unless ``dataset`` is an `OfflineDataset` (or an object with
     its transition arrays, ``env_name`` and ``fingerprint``): a numpy array or a path handed where a

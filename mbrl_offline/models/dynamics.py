@@ -80,6 +80,7 @@ from torch import nn
 from mbrl_offline.cache import cache_root, load_or_fit
 from mbrl_offline.config import (check_field_types, require_above_zero,
                                  require_in_range, require_nonnegative, require_positive)
+from mbrl_offline.data.dataset import true_successors
 from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, MemberGroups, member_matmul
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
@@ -593,15 +594,8 @@ class GaussianEnsembleDynamics(nn.Module):
         device = torch.device(device)
         self.to(device)
         generator = torch.Generator(device=device).manual_seed(cfg.seed)
-        obs, act, next_obs, rew = (np.asarray(getattr(dataset, k), np.float32) for k in
-                                   ("observations", "actions", "next_observations", "rewards"))
-        keep = np.ones(len(rew), bool)
-        if getattr(dataset, "metadata", {}).get("inferred_next_observations"):
-            keep = ~np.asarray(dataset.terminals, bool)
-        if cfg.skip_timeouts:  # NEUBAY's world_learning_dataset leaves them out
-            keep &= ~np.asarray(dataset.timeouts, bool)
-        inputs = torch.as_tensor(np.concatenate([obs, act], axis=1)[keep], device=device)
-        targets = torch.as_tensor(np.concatenate([next_obs - obs, rew[:, None]], axis=1)[keep], device=device)
+        inputs, targets = (torch.as_tensor(rows, device=device)
+                           for rows in transition_arrays(dataset, skip_timeouts=cfg.skip_timeouts))
 
         train_idx, holdout_idx = split_holdout(len(inputs), cfg.holdout_ratio, cfg.max_holdout, cfg.batch_size,
                                                generator, device)
@@ -730,6 +724,18 @@ class GaussianEnsembleDynamics(nn.Module):
         model.load_state_dict(saved["state_dict"])  # a state without the ``fitted`` flag counts as fitted
         model.train_log = saved.get("train_log", [])
         return model.to(map_location)
+
+
+def transition_arrays(dataset, skip_timeouts: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``[s, a]`` inputs and ``[s' - s, r]`` targets (float32) of the dataset's true transitions
+    (`mbrl_offline.data.dataset.true_successors`), less the timeout rows with ``skip_timeouts`` (NEUBAY's
+    ``world_learning_dataset`` leaves them out): what a model of one step learns from."""
+    obs, act, next_obs, rew = (np.asarray(getattr(dataset, k), np.float32) for k in
+                               ("observations", "actions", "next_observations", "rewards"))
+    keep = true_successors(dataset)
+    if skip_timeouts:
+        keep &= ~np.asarray(dataset.timeouts, bool)
+    return np.concatenate([obs, act], axis=1)[keep], np.concatenate([next_obs - obs, rew[:, None]], axis=1)[keep]
 
 
 def softplus(x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

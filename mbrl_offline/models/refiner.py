@@ -46,7 +46,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -54,6 +53,7 @@ from mbrl_offline.cache import cache_root, load_or_fit
 from mbrl_offline.config import (check_field_types, require_above_zero, require_fraction, require_in_range,
                                  require_positive)
 from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
+from mbrl_offline.models.dynamics import transition_arrays
 from mbrl_offline.models.fitting import check_fit_rows
 from mbrl_offline.torch_files import load_plain, save_plain
 from mbrl_offline.utils import progress_bar
@@ -112,18 +112,6 @@ def cache_settings(config: RefinerConfig) -> dict:
     for name in _USE_ONLY:
         del settings[name]
     return settings
-
-
-def transition_arrays(dataset) -> tuple[np.ndarray, np.ndarray]:
-    """``[s, a]`` inputs and ``[s' - s, r]`` targets of the dataset's true transitions (rows whose next
-    observation was inferred, i.e. terminal rows of a D4RL file without stored next observations, are
-    left out, as `GaussianEnsembleDynamics.fit` does)."""
-    obs, act, next_obs, rew = (np.asarray(getattr(dataset, k), np.float32) for k in
-                               ("observations", "actions", "next_observations", "rewards"))
-    keep = np.ones(len(rew), bool)
-    if getattr(dataset, "metadata", {}).get("inferred_next_observations"):
-        keep = ~np.asarray(dataset.terminals, bool)
-    return np.concatenate([obs, act], axis=1)[keep], np.concatenate([next_obs - obs, rew[:, None]], axis=1)[keep]
 
 
 class DynamicsRefiner(nn.Module):
