@@ -14,22 +14,15 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib.util
 import statistics
 import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-TEST_FILE = Path(__file__).resolve().parents[1] / "tests" / "test_learning.py"
+from learning_seeds import learning_cases  # beside this script: the learning tests' cases
+
 MEASURES = ("normalized_score", "normalized_score_var", "normalized_score_cvar")
-
-
-def _cases():
-    spec = importlib.util.spec_from_file_location("learning_cases", TEST_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _cdsa_config(settings: list[str]):
@@ -50,21 +43,12 @@ def _cdsa_config(settings: list[str]):
 def _run(name: str, seed: int, episodes: int, cdsa_settings: list[str], cache_dir: str):
     import torch
 
-    from mbrl_offline import build_run, load_dataset
-    from mbrl_offline.trainer import TrainerConfig
-
     torch.set_num_threads(1)
-    cases = _cases()
-    agent_cls, configs, dataset, epochs, *updates = cases.CASES[name]
-    config, generator = configs()
-    data = load_dataset(dataset)
+    cases = learning_cases()
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = build_run(agent_cls.name, data, config, generator,
-                            TrainerConfig(epochs=epochs, updates_per_epoch=(updates or [250])[0], eval_every=epochs,
-                                          eval_episodes=episodes, seed=seed, run_dir=str(Path(run_dir) / "run"),
-                                          progress=False, tensorboard=False, adjust="cdsa",
-                                          cdsa=_cdsa_config(cdsa_settings)),
-                            "cpu", cache_dir=cache_dir)
+        data, trainer = cases.learning_trainer(name, Path(run_dir) / "run", cache_dir, seed,
+                                               eval_every=cases.CASES[name][3], eval_episodes=episodes,
+                                               adjust="cdsa", cdsa=_cdsa_config(cdsa_settings))
         trainer.train()
     last = trainer.history[-1]
     return name, seed, data.summary()["normalized_score_mean"], {m: last[m] for m in MEASURES}, \
@@ -72,7 +56,7 @@ def _run(name: str, seed: int, episodes: int, cdsa_settings: list[str], cache_di
 
 
 def main() -> None:
-    cases = _cases()
+    cases = learning_cases()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=["td3bc", "iql"], choices=list(cases.CASES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])

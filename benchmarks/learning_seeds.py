@@ -27,8 +27,8 @@ from pathlib import Path
 TEST_FILE = Path(__file__).resolve().parents[1] / "tests" / "test_learning.py"
 
 
-def _cases():
-    """`tests/test_learning.py` as a module (the tests are not a package)."""
+def learning_cases():
+    """`tests/test_learning.py` as a module (the tests are not a package): its `CASES` and their runs."""
     spec = importlib.util.spec_from_file_location("learning_cases", TEST_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -42,7 +42,7 @@ def _run(name: str, seed: int, threads: int, cache_dir: str, refiner_sigma_min=N
     from mbrl_offline.models.refiner import RefinerConfig
 
     torch.set_num_threads(threads)
-    cases = _cases()
+    cases = learning_cases()
     refiner = None if refiner_sigma_min is None else RefinerConfig(enabled=True, sigma_min=refiner_sigma_min)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:
@@ -61,7 +61,7 @@ def _cpu() -> str:
 
 
 def main() -> None:
-    cases = _cases()
+    cases = learning_cases()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=list(cases.CASES), choices=list(cases.CASES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -80,9 +80,11 @@ def main() -> None:
         sigma_min = args.refiner_sigma_min if args.refiner_sigma_min is not None else RefinerConfig().sigma_min
         if not 0 < sigma_min < 1:
             parser.error("--refiner-sigma-min must be in (0, 1)")
-        unrefinable = [name for name in args.agents if cases.CASES[name][1]()[1].kind not in ("rollouts", "posterior")]
-        if unrefinable:
-            parser.error(f"--refiner refines model steps, and these agents step no model: {', '.join(unrefinable)}")
+        for name in args.agents:
+            try:
+                cases.with_refiner(cases.CASES[name][1]()[1], RefinerConfig(enabled=True, sigma_min=sigma_min))
+            except ValueError as error:
+                parser.error(f"--refiner refines model steps, and {name}'s {error}")
 
     with tempfile.TemporaryDirectory() as cache_dir:
         if any(cases.uses_dynamics(name) for name in args.agents):

@@ -197,21 +197,29 @@ def with_refiner(generator, refiner):
     raise ValueError(f"generator {generator.kind} steps no dynamics model to refine")
 
 
-def learning_run(name: str, run_dir, cache_dir, seed: int = 0, device: str = "cpu",
-                 refiner=None) -> tuple[float, list[float]]:
-    """Case ``name`` trained with ``seed`` (`TrainerConfig.seed`; `build_run` seeds torch with it):
-    the data's normalised score and the evaluations' (`benchmarks/learning_seeds.py` runs it for any
-    seeds). With ``refiner`` (a `RefinerConfig`), its generator's model steps are refined
-    (`with_refiner`)."""
+def learning_trainer(name: str, run_dir, cache_dir, seed: int = 0, device: str = "cpu", refiner=None,
+                     **trainer_settings):
+    """Case ``name``'s data and its `Trainer`, built and not yet trained: the case's agent, generator and
+    schedule, with ``seed`` (`TrainerConfig.seed`; `build_run` seeds torch with it), evaluations every 4
+    epochs of 10 episodes unless ``trainer_settings`` (other `TrainerConfig` fields) say otherwise. With
+    ``refiner`` (a `RefinerConfig`), its generator's model steps are refined (`with_refiner`)."""
     agent_cls, configs, dataset, epochs, *updates = CASES[name]
     data = load_dataset(dataset)
     config, generator = configs()
     if refiner is not None:
         generator = with_refiner(generator, refiner)
-    trainer = build_run(agent_cls.name, data, config, generator,
-                        TrainerConfig(epochs=epochs, updates_per_epoch=(updates or [250])[0], eval_every=4, eval_episodes=10, seed=seed,
-                                      run_dir=str(run_dir), progress=False, tensorboard=False),
+    settings = dict(epochs=epochs, updates_per_epoch=(updates or [250])[0], eval_every=4, eval_episodes=10, seed=seed,
+                    run_dir=str(run_dir), progress=False, tensorboard=False)
+    trainer = build_run(agent_cls.name, data, config, generator, TrainerConfig(**{**settings, **trainer_settings}),
                         device, cache_dir=cache_dir)
+    return data, trainer
+
+
+def learning_run(name: str, run_dir, cache_dir, seed: int = 0, device: str = "cpu",
+                 refiner=None) -> tuple[float, list[float]]:
+    """Case ``name`` trained (`learning_trainer`): the data's normalised score and the evaluations'
+    (`benchmarks/learning_seeds.py` runs it for any seeds)."""
+    data, trainer = learning_trainer(name, run_dir, cache_dir, seed, device, refiner)
     trainer.train()
     return data.summary()["normalized_score_mean"], [h["normalized_score"] for h in trainer.history]
 
