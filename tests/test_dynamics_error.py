@@ -96,7 +96,7 @@ def test_table_and_figure(tool, tmp_path):
     assert long[0] == ("| method | error t=1 | error t=2 | error t=4 | error t=8 | error t=10 | within 0.25 to t=2 | "
                        "within 0.25 to t=5 | within 0.25 to t=10 |")
     assert long[2] == "| PGD | 0.1000 | 0.2000 | 0.4000 | 0.8000 | 1.0000 | 100% | 0% | 0% |"
-    path = tool.plot_errors(results, tmp_path / "errors.png", "title", 0.25)
+    path = tool.plot_errors(results, tmp_path / "errors.png", 0.25, "title")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

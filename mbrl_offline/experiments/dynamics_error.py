@@ -235,7 +235,7 @@ def long_horizon_table(results: dict, tolerance: float) -> str:
     return "\n".join(lines)
 
 
-def plot_errors(results: dict, path, title: str = "", tolerance: float = None) -> Path:
+def plot_errors(results: dict, path, tolerance: float, title: str = "") -> Path:
     """A PNG of three panels by position: each method's mean one-step error and mean long-horizon error (log
     scale, with their 25-75 % bands) and the share of its trajectories within ``tolerance``."""
     import matplotlib
@@ -252,19 +252,16 @@ def plot_errors(results: dict, path, title: str = "", tolerance: float = None) -
             ax.plot(positions, error.mean(0).numpy(), label=name, marker="." if error.shape[1] <= 64 else None)
             low, high = torch.quantile(error, torch.tensor([0.25, 0.75], dtype=error.dtype), dim=0).numpy()
             ax.fill_between(positions, low, high, alpha=0.15)
-        if tolerance is not None:
-            share = within_tolerance(r["drift"].detach().cpu(), tolerance)
-            axes[2].plot(range(1, len(share) + 1), share.numpy(), label=name)
+        share = within_tolerance(r["drift"].detach().cpu(), tolerance)
+        axes[2].plot(range(1, len(share) + 1), share.numpy(), label=name)
     for ax, label in zip(axes, ("one-step error ‖s′ − f(s, a)‖", "long-horizon error (RMS, data stds)",
-                                f"share within {tolerance:g} so far" if tolerance is not None else "")):
+                                f"share within {tolerance:g} so far")):
         ax.set_xlabel("position t in the trajectory")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
     for ax in axes[:2]:
         ax.set_yscale("log")
     axes[2].set_ylim(-0.02, 1.02)
-    if tolerance is None:
-        axes[2].set_visible(False)
     axes[0].legend(fontsize=8)
     fig.suptitle(f"{title}\nmean over the trajectories, band: 25-75 %" if title else "mean, band: 25-75 %",
                  fontsize=9)
@@ -423,7 +420,7 @@ def main(argv: list[str]) -> None:
     print(long_horizon_table(results, cfg.tolerance))
     guided = f", λ = {cfg.scale}" if diffusion else ""
     title = f"{dataset.source}: {cfg.starts} starts{guided}, target {what.split(' from ')[0]}, seed {cfg.seed}"
-    print(f"\nwrote {plot_errors(results, cfg.out, title, cfg.tolerance)}")
+    print(f"\nwrote {plot_errors(results, cfg.out, cfg.tolerance, title)}")
 
 
 if __name__ == "__main__":
