@@ -110,10 +110,10 @@ def test_the_tool_runs_at_tiny_sizes(tmp_path, monkeypatch, capsys, tool):
     tool.main([*TINY, "out=figures/error.png"])  # a folder that does not exist yet is made
     out = capsys.readouterr().out
     rows = [line for line in out.splitlines() if line.startswith("| ")]
-    assert len(rows) == 10 and [r.split(" | ")[0][2:] for r in rows[1:5]] == list(tool.METHODS), out
-    assert [r.split(" | ")[0][2:] for r in rows[6:]] == list(tool.METHODS), out
-    assert all(np.isfinite(float(cell.rstrip("%"))) for r in rows[1:5] + rows[6:]
-               for cell in r.strip("| ").split(" | ")[1:])
+    default = list(tool.METHODS[:4])  # the default methods: all but UP-MPC's (which needs a stochastic policy)
+    tables = [rows[1:5], rows[6:10], rows[11:15]]  # one-step error, long-horizon error, the ensemble's uncertainty
+    assert len(rows) == 15 and all([r.split(" | ")[0][2:] for r in t] == default for t in tables), out
+    assert all(np.isfinite(float(cell.rstrip("%"))) for t in tables for r in t for cell in r.strip("| ").split(" | ")[1:])
     assert (tmp_path / "figures" / "error.png").read_bytes()[:4] == b"\x89PNG"
 
     from mbrl_offline import load_dataset
@@ -193,7 +193,7 @@ def test_a_checkpoints_policy_is_the_target(tmp_path, monkeypatch, capsys, tool)
     tool.main([*TINY, f"checkpoint={run_dir / 'checkpoint.pt'}", "out=error.png"])
     out = capsys.readouterr().out
     assert f"Target policy: td3bc from {run_dir / 'checkpoint.pt'} (epoch 2)." in out, out
-    assert len([line for line in out.splitlines() if line.startswith("| ")]) == 10
+    assert len([line for line in out.splitlines() if line.startswith("| ")]) == 15  # three tables of four methods
     status, out, err = run_in_process("dynamics_error", [f"checkpoint={run_dir / 'checkpoint.pt'}", "env=hopper"],
                                       monkeypatch, capsys)
     assert status == 2 and err.startswith(f"error: checkpoint={run_dir / 'checkpoint.pt'} holds a pendulum policy, "
@@ -232,3 +232,28 @@ def test_the_tools_refiner_defaults_are_the_libraries():
     default = RefinerConfig()
     assert (settings["refiner_steps"], settings["refiner_sigma_min"], settings["refiner_updates"]) == (
         default.steps, default.sigma_min, default.updates)
+
+
+def test_upmpc_rollouts_at_tiny_sizes_and_a_deterministic_policy_refused_before_any_fit(tmp_path, monkeypatch, capsys,
+                                                                                         tool):
+    """``methods=[ensemble,upmpc]`` with an IQL target (a Gaussian actor): both rows in every table, their
+    uncertainty finite and positive, and the measures returned. With TD3+BC (deterministic: UP-MPC's candidates
+    would all be one action) the run is refused in one line before any model is fitted."""
+    monkeypatch.setenv("MBRL_OFFLINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "argv", ["dynamics_error.py"])
+    torch.set_num_threads(1)
+    status, out, err = run_in_process("dynamics_error", [*TINY, "methods=[ensemble,upmpc]", f"out={tmp_path / 'a.png'}"],
+                                      monkeypatch, capsys)
+    assert status == 2 and "deterministic" in err and "policy=iql" in err and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "a.png").exists()
+
+    results = tool.main([*TINY, "policy=iql", "methods=[ensemble,upmpc]", f"out={tmp_path / 'b.png'}"])
+    assert list(results) == [tool.METHODS[2], tool.METHODS[4]]
+    for measures in results.values():
+        assert measures["uncertainty"].shape == (6, 8) and bool((measures["uncertainty"] > 0).all())
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| ")]
+    assert [r.split(" | ")[0][2:] for r in rows if not r.startswith("| method")] == [tool.METHODS[2], tool.METHODS[4]] * 3
+    assert (tmp_path / "b.png").read_bytes()[:4] == b"\x89PNG"
+    status, out, err = run_in_process("dynamics_error", [*TINY, "policy=sac", f"out={tmp_path / 'c.png'}"], monkeypatch,
+                                      capsys)
+    assert status == 2 and "policy = 'sac' must be one of td3bc, iql" in err, err

@@ -303,3 +303,26 @@ def test_a_group_written_as_a_setting_gets_the_group_syntax(tool, argv, message,
     monkeypatch.chdir(tmp_path)
     status, out, err = run_in_process(tool, [*argv, "--cfg", "job"], monkeypatch, capsys)
     assert status == 2 and out == "" and len(err.strip().splitlines()) == 1 and err.startswith(message), err
+
+
+def test_edge_of_reach_runs_the_chosen_runs_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
+    """``runs=`` picks some of the four runs (the others are not trained), the table gives each run's final mean Q
+    and its bound r_max / (1 - gamma), and the PNG is written; a name outside the four is refused in one line
+    before anything is composed or trained."""
+    status, out, err = run_in_process("edge_of_reach", ["runs=[mopo-true,sac]", f"out={tmp_path / 'x'}"], monkeypatch,
+                                      capsys)
+    assert status == 2 and err.strip() == ("error: runs=[mopo-true,sac] must list distinct runs from mopo-learned, "
+                                           "mopo-true, ravl-learned, ravl-true, e.g. runs=[mopo-true,ravl-true]."), err
+    assert not (tmp_path / "x").exists()
+    monkeypatch.setenv("MBRL_OFFLINE_CACHE", str(tmp_path / "cache"))
+    rows = load_tool("edge_of_reach").main([
+        "env=pendulum", "runs=[mopo-true]", "algo.gamma=0.9", "algo.hidden_size=32", "trainer.epochs=1",
+        "trainer.updates_per_epoch=20", "trainer.eval_every=1", "trainer.eval_episodes=1", "trainer.progress=false",
+        "generator.rollout.rollouts_per_epoch=50", "generator.every=20", f"out={tmp_path / 'eor'}"])
+    assert [r["name"] for r in rows] == ["mopo-true"] and sorted(p.name for p in (tmp_path / "eor").iterdir()) == [
+        "edge_of_reach.png", "mopo-true"]
+    from mbrl_offline import load_dataset
+
+    assert rows[0]["q_bound"] == pytest.approx(float(load_dataset("pendulum-medium").rewards.max()) / 0.1, rel=1e-6)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("mopo  true"))
+    assert f"{rows[0]['q'][-1][1]:.1f}" in line and f"{rows[0]['q_bound']:.1f}" in line

@@ -18,7 +18,11 @@ policy, the chosen ``methods`` (default: all four) make trajectories of ``length
     next state drawn from a random elite, as the library's branched rollouts do;
 (d) **ensemble + refiner**: the same rollouts with each step refined by the PDE-Refiner
     (`mbrl_offline.models.refiner`, ``refiner_steps``, ``refiner_sigma_min``, ``refiner_updates``;
-    fitted on the data and cached), as ``generator.rollout.refiner.enabled=true`` runs them.
+    fitted on the data and cached), as ``generator.rollout.refiner.enabled=true`` runs them;
+(e) **ensemble, UP-MPC actions** (``upmpc``): the same ensemble rollouts with each action chosen by
+    COPlanner's UP-MPC among the target policy's samples (`mbrl_offline.generators.upmpc`, at its
+    defaults), as ``generator.rollout.planner=upmpc`` chooses them. It needs a stochastic target policy
+    (``policy=iql``, or a checkpoint's); a deterministic one is refused before any model is fitted.
 
 For each generated (s_t, a_t, s_{t+1}) it measures the **one-step dynamics error**
 ‖s_{t+1} − f(s_t, a_t)‖₂, with f the true simulator reset to s_t (`TrueDynamics`: pendulum and the
@@ -32,15 +36,21 @@ simulator's, as the root mean square over the state's dimensions of their differ
 dataset's per-dimension std. A trajectory stays **within the tolerance** up to step t while that
 error has not exceeded ``tolerance`` at any step so far.
 
-It prints two markdown tables: the mean one-step error at positions 1, 2, 4, 8, … and over all
-positions, and the mean log-likelihood; and the mean long-horizon error at the same positions with
-the share of trajectories within the tolerance at a quarter, half and all of the length. It writes
-a PNG (``out``; its folder is checked before any work) of three panels by position: the one-step
-error, the long-horizon error and the share within the tolerance.
+Wherever the learned ensemble is loaded (methods c-e), it also measures the ensemble's **model
+uncertainty** u at every generated (s_t, a_t): COPlanner's, the mean over outputs of the std over the
+members of one sample each, the quantity UP-MPC penalises (`model_uncertainty`).
 
-The target policy is a checkpoint's (``checkpoint=``, any agent with a log-probability) or a TD3+BC
-agent trained here on the data for ``policy_updates`` updates (alpha 10, 2×128 networks, γ 0.95: the
-settings of the library's pendulum learning test). The models' sizes (``unet_base``,
+It prints markdown tables: the mean one-step error at positions 1, 2, 4, 8, … and over all
+positions, and the mean log-likelihood; and the mean long-horizon error at the same positions with
+the share of trajectories within the tolerance at a quarter, half and all of the length; and, with
+the ensemble loaded, the mean uncertainty u at the same positions. It writes a PNG (``out``; its folder
+is checked before any work) of panels by position: the one-step error, the long-horizon error, the
+share within the tolerance and (with the ensemble) the uncertainty u. ``main`` returns the measures,
+by method (`measure`).
+
+The target policy is a checkpoint's (``checkpoint=``, any agent with a log-probability) or one trained
+here on the data for ``policy_updates`` updates (``policy``: td3bc, alpha 10, or iql, CORL's settings;
+2×128 networks, γ 0.95: the settings of the library's pendulum learning tests). The models' sizes (``unet_base``,
 ``diffusion_steps``, ``sampler_steps``, ``dynamics_hidden``) default to small CPU sizes; at the
 defaults the PGD model is ``generator=pgd budget=quick``'s (``diffusion_steps`` training steps, not the
 paper's epochs), so training runs and this tool share the cached model.
@@ -75,8 +85,9 @@ from pathlib import Path
 from mbrl_offline.cli import cli_main, tool_config
 from mbrl_offline.config import CONFIG_DIR
 
-METHODS = ("PGD", "unguided diffusion", "dynamics ensemble", "ensemble + refiner")
-METHOD_KEYS = dict(zip(("pgd", "unguided", "ensemble", "refiner"), METHODS))  # the names ``methods=`` takes
+METHODS = ("PGD", "unguided diffusion", "dynamics ensemble", "ensemble + refiner", "ensemble, UP-MPC actions")
+METHOD_KEYS = dict(zip(("pgd", "unguided", "ensemble", "refiner", "upmpc"), METHODS))  # the names ``methods=`` takes
+POLICIES = ("td3bc", "iql")  # the target policies the tool trains itself (``policy=``)
 
 
 # ------------------------------------------------------------------------------------------- the parts
@@ -90,17 +101,21 @@ def start_states(dataset, count: int, seed: int, device="cpu"):
     return torch.as_tensor(dataset.observations, device=device)[index.to(device)]
 
 
-def train_td3bc(dataset, updates: int, seed: int, device="cpu"):
-    """A TD3+BC agent trained on ``dataset`` alone for ``updates`` updates (batch 256, alpha 10, 2x128
-    networks, gamma 0.95), seeded."""
+def train_policy(dataset, updates: int, seed: int, device="cpu", kind: str = "td3bc"):
+    """A target policy trained on ``dataset`` alone for ``updates`` updates of batch 256, seeded, at the settings
+    of the library's pendulum learning tests (2x128 networks, gamma 0.95): ``kind`` td3bc (alpha 10; its
+    policy is deterministic) or iql (CORL's settings otherwise; a Gaussian actor, which UP-MPC can sample)."""
     import torch
 
-    from mbrl_offline.algorithms import TD3BC, TD3BCConfig
+    from mbrl_offline.algorithms import IQL, TD3BC, IQLConfig, TD3BCConfig
     from mbrl_offline.buffer import TRANSITION_FIELDS
 
     torch.manual_seed(seed)
-    config = TD3BCConfig(alpha=10.0, hidden_size=128, gamma=0.95)
-    agent = TD3BC.for_dataset(dataset, config, device)
+    if kind == "iql":
+        agent_cls, config = IQL, IQLConfig(hidden_size=128, gamma=0.95)
+    else:
+        agent_cls, config = TD3BC, TD3BCConfig(alpha=10.0, hidden_size=128, gamma=0.95)
+    agent = agent_cls.for_dataset(dataset, config, device)
     data = {k: torch.as_tensor(getattr(dataset, k), device=device) for k in TRANSITION_FIELDS}
     rng = torch.Generator(device=device).manual_seed(seed)
     for _ in range(updates):
@@ -121,19 +136,26 @@ def diffusion_trajectories(generator, starts, guidance=None, seed: int = 0):
     return fields["observations"], fields["actions"][:, :-1]
 
 
-def policy_rollouts(dynamics, policy, starts, length: int, seed: int = 0, refiner=None):
+def policy_rollouts(dynamics, policy, starts, length: int, seed: int = 0, refiner=None, planner=None):
     """Autoregressive rollouts of ``policy`` (its ``sample``) in ``dynamics`` (a `GaussianEnsembleDynamics`,
     each step from a random elite; or `TrueDynamics`) for ``length`` steps from ``starts``, never cut,
-    each step refined by ``refiner`` (a `DynamicsRefiner`) where one is given:
+    each step refined by ``refiner`` (a `DynamicsRefiner`) where one is given, and each action chosen by
+    COPlanner's UP-MPC among the policy's samples where ``planner`` (an `UPMPCConfig`) is given, as
+    ``generator.rollout.planner=upmpc`` chooses them:
     ``(observations (N, length + 1, obs_dim), actions (N, length, act_dim))``."""
     import torch
+
+    from mbrl_offline.generators.upmpc import upmpc_actions
 
     rng = torch.Generator(device=starts.device).manual_seed(seed)
     observations, actions = [starts], []
     with torch.no_grad():
         for _ in range(length):
             obs = observations[-1]
-            act = policy.sample(obs)[0]
+            if planner is None:
+                act = policy.sample(obs)[0]
+            else:
+                act = upmpc_actions(dynamics, lambda o: policy.sample(o)[0], obs, planner, rng)
             actions.append(act)
             step = dynamics.step(obs, act, rng)
             if refiner is not None:
@@ -180,12 +202,33 @@ def log_likelihoods(policy, observations, actions):
         return policy.log_prob(observations[:, :-1].reshape(n * t, -1), actions.reshape(n * t, -1)).view(n, t)
 
 
-def measure(true_dynamics, policy, trajectories: dict, scale) -> dict:
+def model_uncertainty(dynamics, observations, actions, seed: int = 0):
+    """COPlanner's model uncertainty u (`sampled_disagreement`: the mean over outputs of the std over all
+    members of one sample each, the quantity UP-MPC penalises) of the learned ensemble ``dynamics`` at
+    every (s_t, a_t) of trajectories ``observations`` (N, T + 1, obs_dim), ``actions`` (N, T, act_dim),
+    with a seeded draw: ``(N, T)``."""
+    import torch
+
+    from mbrl_offline.models.uncertainty import sample_members, sampled_disagreement
+
+    n, t = actions.shape[:2]
+    rng = torch.Generator(device=actions.device).manual_seed(seed)
+    with torch.no_grad():
+        mean, logvar = dynamics.predict(observations[:, :-1].reshape(n * t, -1), actions.reshape(n * t, -1))
+        return sampled_disagreement(sample_members(mean, logvar, rng)).view(n, t)
+
+
+def measure(true_dynamics, policy, trajectories: dict, scale, dynamics=None, seed: int = 0) -> dict:
     """For each method's ``(observations, actions)``: ``{"error": (N, T), "log_prob": (N, T), "drift": (N, T)}``
-    (one-step error, log-likelihood, long-horizon error in units of ``scale``)."""
-    return {name: {"error": one_step_errors(true_dynamics, obs, act), "log_prob": log_likelihoods(policy, obs, act),
-                   "drift": replay_errors(true_dynamics, obs, act, scale)}
-            for name, (obs, act) in trajectories.items()}
+    (one-step error, log-likelihood, long-horizon error in units of ``scale``) and, with the learned
+    ensemble ``dynamics``, ``"uncertainty": (N, T)`` (`model_uncertainty`)."""
+    results = {}
+    for name, (obs, act) in trajectories.items():
+        results[name] = {"error": one_step_errors(true_dynamics, obs, act), "log_prob": log_likelihoods(policy, obs, act),
+                         "drift": replay_errors(true_dynamics, obs, act, scale)}
+        if dynamics is not None:
+            results[name]["uncertainty"] = model_uncertainty(dynamics, obs, act, seed)
+    return results
 
 
 def report_positions(length: int) -> list[int]:
@@ -235,18 +278,35 @@ def long_horizon_table(results: dict, tolerance: float) -> str:
     return "\n".join(lines)
 
 
+def uncertainty_table(results: dict) -> str:
+    """The learned ensemble's uncertainty u at the methods' (s_t, a_t) (`model_uncertainty`): one row per
+    method, its mean at `report_positions` and over all positions."""
+    length = next(iter(results.values()))["uncertainty"].shape[1]
+    positions = report_positions(length)
+    head = ["method", *[f"u t={p}" for p in positions], "u mean"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for name, r in results.items():
+        by_position = r["uncertainty"].mean(0)
+        cells = [name, *[f"{by_position[p - 1].item():.4f}" for p in positions], f"{r['uncertainty'].mean().item():.4f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot_errors(results: dict, path, tolerance: float, title: str = "") -> Path:
     """A PNG of three panels by position: each method's mean one-step error and mean long-horizon error (log
-    scale, with their 25-75 % bands) and the share of its trajectories within ``tolerance``."""
+    scale, with their 25-75 % bands) and the share of its trajectories within ``tolerance``; and a fourth,
+    the ensemble's uncertainty u (log scale, band), where the results have it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import torch
 
-    fig, axes = plt.subplots(1, 3, figsize=(15.0, 4.2), dpi=100)
+    keys = ("error", "drift", "uncertainty") if all("uncertainty" in r for r in results.values()) else ("error", "drift")
+    fig, axes = plt.subplots(1, len(keys) + 1, figsize=(5.0 * (len(keys) + 1), 4.2), dpi=100)
+    log_axes = [axes[0], axes[1], *axes[3:]]
     for name, r in results.items():
-        for ax, key in zip(axes, ("error", "drift")):
+        for ax, key in zip(log_axes, keys):
             error = r[key].detach().cpu().double()
             positions = range(1, error.shape[1] + 1)
             ax.plot(positions, error.mean(0).numpy(), label=name, marker="." if error.shape[1] <= 64 else None)
@@ -255,11 +315,11 @@ def plot_errors(results: dict, path, tolerance: float, title: str = "") -> Path:
         share = within_tolerance(r["drift"].detach().cpu(), tolerance)
         axes[2].plot(range(1, len(share) + 1), share.numpy(), label=name)
     for ax, label in zip(axes, ("one-step error ‖s′ − f(s, a)‖", "long-horizon error (RMS, data stds)",
-                                f"share within {tolerance:g} so far")):
+                                f"share within {tolerance:g} so far", "ensemble uncertainty u (COPlanner's)")):
         ax.set_xlabel("position t in the trajectory")
         ax.set_ylabel(label)
         ax.grid(True, which="both", alpha=0.3)
-    for ax in axes[:2]:
+    for ax in log_axes:
         ax.set_yscale("log")
     axes[2].set_ylim(-0.02, 1.02)
     axes[0].legend(fontsize=8)
@@ -308,6 +368,9 @@ def check_settings(cfg) -> None:
     if out.is_dir():
         raise ConfigError(f"out={out} is a folder; name a .png file.")
     check_writable_dir(out.parent if str(out.parent) else Path("."), "out")
+    if cfg.policy not in POLICIES:
+        raise ConfigError(f"policy = {cfg.policy!r} must be one of {', '.join(POLICIES)} (the target policy trained "
+                          f"here when no checkpoint= is given).")
     if cfg.checkpoint is None and cfg.policy_updates == 0:
         raise ConfigError("policy_updates = 0 trains no policy; give policy_updates >= 1 or a checkpoint=.")
     methods = cfg.methods
@@ -341,17 +404,33 @@ def target_policy(cfg, dataset, env, device):
             raise ConfigError(f"checkpoint={cfg.checkpoint} holds a {state['env']} policy, not one for {env.name}; "
                               f"use env={state['env']}.")
         return agent, f"{state['algorithm']} from {cfg.checkpoint} (epoch {state['epoch']})"
-    return train_td3bc(dataset, cfg.policy_updates, cfg.seed, device), f"TD3+BC, {cfg.policy_updates} updates"
+    name = {"td3bc": "TD3+BC", "iql": "IQL"}[cfg.policy]
+    return train_policy(dataset, cfg.policy_updates, cfg.seed, device, cfg.policy), f"{name}, {cfg.policy_updates} updates"
+
+
+def require_stochastic(policy, starts, what: str) -> None:
+    """Refuse (`ConfigError`) a target policy whose ``sample`` gives the same actions twice: UP-MPC chooses
+    among sampled candidates, and a deterministic policy's are all the same action."""
+    import torch
+
+    from mbrl_offline.errors import ConfigError
+
+    with torch.no_grad():
+        if torch.equal(policy.sample(starts)[0], policy.sample(starts)[0]):
+            raise ConfigError(f"methods has upmpc, but the target policy ({what}) is deterministic, so UP-MPC's "
+                              f"candidates would all be one action; use policy=iql (a Gaussian actor) or the "
+                              f"checkpoint= of a stochastic policy (ravl, mopo, mobile, coplanner, iql).")
 
 
 @cli_main
-def main(argv: list[str]) -> None:
+def main(argv: list[str]) -> dict:
     import dataclasses
 
     import torch
 
     from mbrl_offline import load_dataset
     from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.generators.upmpc import UPMPCConfig
     from mbrl_offline.generators.pgd import (PGDGenerator, PGDGeneratorConfig, PGDGuidanceConfig, UNetConfig,
                                              policy_guidance, require_log_prob)
     from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
@@ -372,6 +451,9 @@ def main(argv: list[str]) -> None:
     chosen = [METHOD_KEYS[m] for m in cfg.methods]
     methods = [m for m in METHODS if m in chosen]  # in the tables' fixed order
     diffusion = {METHODS[0], METHODS[1]} & set(methods)
+    starts = start_states(dataset, cfg.starts, cfg.seed, device)
+    if METHODS[4] in methods:  # before any model is fitted
+        require_stochastic(policy, starts, what)
     if diffusion:
         default = PGDGeneratorConfig()  # generator=pgd's, with this tool's sizes (train_epochs None: the steps count)
         pgd = dataclasses.replace(
@@ -383,7 +465,7 @@ def main(argv: list[str]) -> None:
         require_log_prob(policy, generator.rows, "the target policy's log-likelihood")
     torch.manual_seed(cfg.seed)
     dynamics = refiner = None
-    if {METHODS[2], METHODS[3]} & set(methods):
+    if {METHODS[2], METHODS[3], METHODS[4]} & set(methods):
         dynamics, _ = load_or_fit_dynamics(dataset, DynamicsConfig(hidden_size=cfg.dynamics_hidden,
                                                                    max_epochs=cfg.dynamics_max_epochs, seed=cfg.seed),
                                            device=device)
@@ -393,23 +475,25 @@ def main(argv: list[str]) -> None:
                                                                 updates=cfg.refiner_updates, seed=cfg.seed),
                                          device=device)
 
-    starts = start_states(dataset, cfg.starts, cfg.seed, device)
     make = {
         METHODS[0]: lambda: diffusion_trajectories(generator, starts, policy_guidance(
             policy, generator.rows, generator.model.normalizer, pgd.guidance), cfg.seed),
         METHODS[1]: lambda: diffusion_trajectories(generator, starts, None, cfg.seed),
         METHODS[2]: lambda: policy_rollouts(dynamics, policy, starts, cfg.length, cfg.seed),
         METHODS[3]: lambda: policy_rollouts(dynamics, policy, starts, cfg.length, cfg.seed, refiner),
+        METHODS[4]: lambda: policy_rollouts(dynamics, policy, starts, cfg.length, cfg.seed, planner=UPMPCConfig()),
     }
     trajectories = {name: make[name]() for name in methods}
     scale = torch.as_tensor(dataset.observations, device=device).std(0).clamp_min(1e-6)
-    results = measure(true_dynamics, policy, trajectories, scale)
+    results = measure(true_dynamics, policy, trajectories, scale, dynamics, cfg.seed)
     sizes = []
     if diffusion:
         sizes.append(f"PGD λ = {cfg.scale}; U-Net base {cfg.unet_base}, {cfg.diffusion_steps} training steps, "
                      f"{cfg.sampler_steps} sampler steps")
     if dynamics is not None:
         sizes.append(f"ensemble width {cfg.dynamics_hidden}")
+    if METHODS[4] in methods:
+        sizes.append("UP-MPC at COPlanner's defaults (K = 5, H_p = 5, alpha_c = 2)")
     if refiner is not None:
         sizes.append(f"refiner K = {cfg.refiner_steps}, σ_min = {cfg.refiner_sigma_min:g}, "
                      f"{cfg.refiner_updates} updates")
@@ -418,9 +502,14 @@ def main(argv: list[str]) -> None:
     print(f"\nLong-horizon error (the actions replayed in the simulator; RMS over dimensions, in data stds) and "
           f"the share of trajectories within {cfg.tolerance:g}:\n")
     print(long_horizon_table(results, cfg.tolerance))
+    if dynamics is not None:
+        print("\nThe ensemble's uncertainty u (COPlanner's: the mean over outputs of the members' std) at each "
+              "method's (s_t, a_t):\n")
+        print(uncertainty_table(results))
     guided = f", λ = {cfg.scale}" if diffusion else ""
     title = f"{dataset.source}: {cfg.starts} starts{guided}, target {what.split(' from ')[0]}, seed {cfg.seed}"
     print(f"\nwrote {plot_errors(results, cfg.out, cfg.tolerance, title)}")
+    return results
 
 
 if __name__ == "__main__":
