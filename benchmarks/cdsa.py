@@ -2,13 +2,14 @@
 then evaluated with and without CDSA's test-time adjustment (`mbrl_offline.adjust`) on the same episodes.
 
     python benchmarks/cdsa.py --agents td3bc iql --seeds 0 1 2 [--episodes 20] [--jobs 2] [--cdsa sigma=0.2 ...]
+                              [--plot cdsa.png]
 
 Each (agent, seed) trains with exactly its learning test's settings and ``trainer.adjust=cdsa``, so
 every evaluation also runs the adjusted policy on the same episode seeds; the last evaluation uses
 ``--episodes`` episodes. CDSA's models are fitted once per dataset first (then loaded from a shared
 cache by every run). Prints one markdown row per agent and seed: the normalised score, its value at
 risk and conditional value at risk at the risk level 0.1, without and with the adjustment, and the
-mean over seeds.
+mean over seeds, and the wall-clock minutes. ``--plot`` also draws them (`plot`).
 """
 from __future__ import annotations
 
@@ -55,6 +56,40 @@ def _run(name: str, seed: int, episodes: int, cdsa_settings: list[str], cache_di
         {m: last["cdsa"][m] for m in MEASURES}
 
 
+def plot(results, agents: list[str], path: str, title: str = "") -> None:
+    """A PNG of one panel per agent: the mean over seeds of the score, the VaR and the CVaR without and with CDSA
+    (bars), each seed's value a dot."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mbrl_offline.utils import save_figure
+
+    fig, axes = plt.subplots(1, len(agents), figsize=(5.0 * len(agents), 4.0), dpi=100, squeeze=False)
+    for ax, name in zip(axes[0], agents):
+        rows = [r for r in results if r[0] == name]
+        for offset, (label, part) in zip((-0.2, 0.2), (("without CDSA", 3), ("with CDSA", 4))):
+            values = [[r[part][m] for r in rows] for m in MEASURES]
+            ax.bar([i + offset for i in range(len(MEASURES))], [statistics.mean(v) for v in values], width=0.4,
+                   label=label, alpha=0.7)
+            for i, v in enumerate(values):
+                ax.plot([i + offset] * len(v), v, "k.", markersize=4)
+        ax.axhline(rows[0][2], color="black", linestyle=":", linewidth=0.8, label="the data's score")
+        ax.set_xticks(range(len(MEASURES)), ["score", "VaR (0.1)", "CVaR (0.1)"])
+        ax.set_title(name, fontsize=9)
+        ax.set_ylabel("normalised score")
+        ax.grid(True, axis="y", alpha=0.3)
+    axes[0][0].legend(fontsize=8)
+    if title:
+        fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    try:
+        save_figure(fig, path)
+    finally:
+        plt.close(fig)
+
+
 def main() -> None:
     cases = learning_cases()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -63,7 +98,10 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=20, help="episodes of the last evaluation")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time (one torch thread each)")
     parser.add_argument("--cdsa", nargs="*", default=[], help="CDSA settings, setting=value (CDSAConfig)")
+    parser.add_argument("--plot", default=None, help="also write the results as this PNG")
     args = parser.parse_args()
+    if args.plot is not None and not args.plot.lower().endswith(".png"):
+        parser.error(f"--plot {args.plot} must name a .png file")
     if any(s < 0 for s in args.seeds) or args.episodes < 1 or args.jobs < 1:
         parser.error("seeds must be >= 0, --episodes and --jobs at least 1")
     from mbrl_offline.errors import ConfigError
@@ -79,6 +117,9 @@ def main() -> None:
     from mbrl_offline.adjust import CDSA
     from mbrl_offline.data.envs import get_env_info
 
+    import time
+
+    start = time.perf_counter()
     with tempfile.TemporaryDirectory() as cache_dir:
         torch.set_num_threads(args.jobs)
         for dataset in sorted({cases.CASES[name][2] for name in args.agents}):  # fitted once, loaded by every run
@@ -104,6 +145,11 @@ def main() -> None:
         means = [f"{statistics.mean(r[3][m] for r in rows):.1f}" for m in MEASURES] + \
                 [f"{statistics.mean(r[4][m] for r in rows):.1f}" for m in MEASURES]
         print(f"| {name} | | mean | {' | '.join(means)} |")
+    print(f"\n{(time.perf_counter() - start) / 60:.1f} min wall clock, models and training included")
+    if args.plot:
+        plot(results, args.agents, args.plot, f"CDSA {' '.join(args.cdsa) or 'at its defaults'}; {args.episodes} "
+                                              f"episodes; seeds {', '.join(map(str, args.seeds))}")
+        print(f"wrote {args.plot}")
     sys.stdout.flush()
 
 

@@ -179,3 +179,18 @@ def test_the_trainer_refuses_an_unknown_adjuster():
     with pytest.raises(ConfigError, match="unknown trainer.adjust 'cdsb'"):
         TrainerConfig(adjust="cdsb")
     assert TrainerConfig(adjust="cdsa", cdsa={"sigma": 0.2}).cdsa.sigma == 0.2
+
+
+def test_the_benchmarks_plot_draws_each_agents_measures(tmp_path):
+    """`benchmarks/cdsa.py --plot`: one panel per agent from the result rows the benchmark collects."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import cdsa as benchmark
+
+    measures = dict.fromkeys(benchmark.MEASURES, 50.0)
+    results = [(name, seed, 39.0, measures, {m: v - 20 for m, v in measures.items()})
+               for name in ("td3bc", "iql") for seed in (0, 1)]
+    benchmark.plot(results, ["td3bc", "iql"], str(tmp_path / "cdsa.png"), "title")
+    assert (tmp_path / "cdsa.png").read_bytes()[:4] == b"\x89PNG"

@@ -54,7 +54,7 @@ def pendulum_rollouts(tmp_path_factory):
         torch.set_num_threads(1)
         return dynamics_error.main([
             "policy=iql", "policy_updates=3000", "starts=64", "length=64", "unet_base=32", "diffusion_steps=2500",
-            "sampler_steps=16", "dynamics_max_epochs=200", "refiner_updates=5000", "torch_threads=1",
+            "sampler_steps=16", "dynamics_max_epochs=200", "refiner_updates=10000", "torch_threads=1",
             "methods=[pgd,unguided,ensemble,refiner,upmpc]", f"out={root / 'error.png'}"])
     finally:
         patch.undo()
@@ -86,7 +86,9 @@ def test_refined_rollouts_stay_within_the_tolerance_longer(pendulum_rollouts):
 
     plain = within_tolerance(pendulum_rollouts[METHODS[2]]["drift"], 0.25)
     refined = within_tolerance(pendulum_rollouts[METHODS[3]]["drift"], 0.25)
-    assert refined[49] >= plain[49] + 0.2, (refined[49], plain[49])  # at step 50
+    assert refined[49] >= plain[49] + 0.15, (refined[49], plain[49])  # at step 50
+    drift = [pendulum_rollouts[m]["drift"][:, 31].mean() for m in (METHODS[2], METHODS[3])]
+    assert drift[1] < 0.5 * drift[0], drift  # the long-horizon error at step 32
 
 
 def test_cdsa_at_its_defaults_lowers_the_value_at_risk(tmp_path):
