@@ -194,3 +194,16 @@ def test_the_benchmarks_plot_draws_each_agents_measures(tmp_path):
                for name in ("td3bc", "iql") for seed in (0, 1)]
     benchmark.plot(results, ["td3bc", "iql"], str(tmp_path / "cdsa.png"), "title")
     assert (tmp_path / "cdsa.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_the_benchmark_refuses_a_plot_that_is_not_a_png_before_any_work(tmp_path):
+    """`benchmarks/cdsa.py --plot x.txt` exits 2 with the reason, having trained and written nothing."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "cdsa.py"
+    done = subprocess.run([sys.executable, str(script), "--plot", "x.txt"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and "--plot x.txt must name a .png file" in done.stderr, done.stderr
+    assert not list(tmp_path.iterdir())
