@@ -3,7 +3,12 @@
 A run is a folder with ``run.json`` and ``metrics.jsonl``, as `Trainer` writes them. Runs are grouped
 by dataset and algorithm; a group's seeds give the mean and the spread. The table reports, per group,
 the last evaluation and the mean of the last ten evaluations (OfflineRL-Kit's figure), each as mean ±
-standard deviation over seeds; never the best evaluation, which overstates what a run delivers.
+standard deviation over seeds, and the 95% bootstrap interval of the final score's mean; never the best
+evaluation, which overstates what a run delivers.
+
+Over datasets, per algorithm (`mbrl_offline.statistics`, rliable's definitions): the interquartile mean
+and the mean of the final scores with 95% stratified bootstrap intervals, performance profiles (a PNG),
+and the probability of improvement between each pair of algorithms on their common datasets.
 
 A sweep folder (one with ``sweep.json``, from the sweep tool, ``mbrl-sweep``) is reported as a sweep: its best
 trials, the importance of each parameter, how many evaluation episodes the tuning ran in the real env,
@@ -20,6 +25,7 @@ from typing import Optional
 
 import numpy as np
 
+from mbrl_offline import statistics
 from mbrl_offline.errors import MbrlOfflineError, read_library_text
 
 
@@ -178,6 +184,14 @@ def _mean_std(values: list[float]) -> str:
     return f"{np.mean(values):.1f} ± {np.std(values):.1f}"
 
 
+def _interval_text(values: list[float]) -> str:
+    """The 95% bootstrap interval of the mean of ``values`` (one per seed), or "-" below two seeds."""
+    if len(values) < 2:
+        return "-"
+    estimate = statistics.bootstrap_mean(values)
+    return f"[{estimate.low:.1f}, {estimate.high:.1f}]"
+
+
 def group_runs(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
     groups: dict[tuple[str, str], list[Run]] = {}
     for run in sorted(runs, key=lambda r: (r.dataset, r.label, r.info.get("seed", 0))):
@@ -187,8 +201,8 @@ def group_runs(runs: list[Run]) -> dict[tuple[str, str], list[Run]]:
 
 def score_table(runs: list[Run]) -> str:
     """Markdown: per dataset and algorithm, the final and last-ten scores (mean ± std over seeds)."""
-    lines = ["| dataset | algorithm | data | seeds | final | last 10 | updates |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| dataset | algorithm | data | seeds | final | final: 95% CI of the mean | last 10 | updates |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for (dataset, label), group in group_runs(runs).items():
         evaluated = [r for r in group if r.scores]
         finals = [r.scores[-1] for r in evaluated]
@@ -198,7 +212,7 @@ def score_table(runs: list[Run]) -> str:
                                                 else f"{updates[0]:,}-{updates[-1]:,}")
         seeds = f"{len(evaluated)}" if len(evaluated) == len(group) else f"{len(evaluated)} of {len(group)}"
         lines.append(f"| {dataset} | {label} | {group[0].info.get('dataset_score', math.nan):.1f} | {seeds} | "
-                     f"{_mean_std(finals)} | {_mean_std(last10)} | {updates_text} |")
+                     f"{_mean_std(finals)} | {_interval_text(finals)} | {_mean_std(last10)} | {updates_text} |")
     return "\n".join(lines)
 
 
@@ -218,6 +232,75 @@ def risk_table(runs: list[Run]) -> str:
                      f"{_mean_std([r.scores[-1] for r in measured])} | {_mean_std([r.final_risk[0] for r in measured])} | "
                      f"{_mean_std([r.final_risk[1] for r in measured])} |")
     return "\n".join(lines) if len(lines) > 2 else ""
+
+
+# ------------------------------------------------------------------------------------------ aggregates
+def final_scores(runs: list[Run]) -> dict[str, dict[str, np.ndarray]]:
+    """Per algorithm (table label), per dataset: the final normalised scores of its evaluated runs."""
+    scores: dict[str, dict[str, list[float]]] = {}
+    for (dataset, label), group in group_runs(runs).items():
+        finals = [r.scores[-1] for r in group if r.scores]
+        if finals:
+            scores.setdefault(label, {})[dataset] = finals
+    return {label: {d: np.asarray(v) for d, v in tasks.items()} for label, tasks in scores.items()}
+
+
+def aggregate_table(scores: dict[str, dict[str, np.ndarray]]) -> str:
+    """Markdown: per algorithm, the IQM and the mean over its datasets of the final normalised scores,
+    each with its 95% stratified bootstrap interval (`mbrl_offline.statistics`)."""
+    lines = ["| algorithm | datasets | runs | IQM [95% CI] | mean [95% CI] |", "| --- | --- | ---: | ---: | ---: |"]
+    for label, tasks in scores.items():
+        values = list(tasks.values())
+        lines.append(f"| {label} | {', '.join(tasks)} | {sum(v.size for v in values)} | "
+                     f"{statistics.iqm_estimate(values).text()} | {statistics.mean_estimate(values).text()} |")
+    return "\n".join(lines)
+
+
+def improvement_table(scores: dict[str, dict[str, np.ndarray]]) -> str:
+    """Markdown: for each ordered pair of algorithms run on a common dataset, the probability that a run
+    of the first scores above a run of the second, averaged over their common datasets, with its 95%
+    interval; empty with fewer than two such algorithms."""
+    lines = ["| X | Y | common datasets | P(X > Y) [95% CI] |", "| --- | --- | --- | ---: |"]
+    for x, x_tasks in scores.items():
+        for y, y_tasks in scores.items():
+            common = [d for d in x_tasks if d in y_tasks]
+            if x == y or not common:
+                continue
+            estimate = statistics.probability_of_improvement([x_tasks[d] for d in common], [y_tasks[d] for d in common])
+            lines.append(f"| {x} | {y} | {', '.join(common)} | {estimate.text(2)} |")
+    return "\n".join(lines) if len(lines) > 2 else ""
+
+
+def plot_profiles(scores: dict[str, dict[str, np.ndarray]], out_dir: Path) -> Path:
+    """A PNG of each algorithm's performance profile (the share of runs above each normalised score,
+    averaged over its datasets) with its 95% stratified bootstrap band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from mbrl_offline.utils import save_figure
+
+    every = np.concatenate([v for tasks in scores.values() for v in tasks.values()])
+    low, high = min(0.0, float(every.min())), max(100.0, float(every.max()))
+    thresholds = np.linspace(low, high, 201)
+    fig, ax = plt.subplots(figsize=(6.4, 4.0), dpi=110)
+    for label, tasks in scores.items():
+        point, band_low, band_high = statistics.performance_profile(list(tasks.values()), thresholds)
+        line, = ax.plot(thresholds, point, label=f"{label} ({len(tasks)} dataset{'s' if len(tasks) > 1 else ''})")
+        ax.fill_between(thresholds, band_low, band_high, color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("normalised score tau")
+    ax.set_ylabel("fraction of runs with score > tau")
+    ax.set_ylim(-0.02, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / "profiles.png"
+    try:
+        save_figure(fig, path)  # never a half-written figure
+    finally:
+        plt.close(fig)
+    return path
 
 
 # ------------------------------------------------------------------------------------------ curves
@@ -359,6 +442,23 @@ def _write_report(runs: list[Run], sweeps: list[SweepSummary], out_dir: Path, co
                       "its episodes' normalised scores) and the conditional value at risk (the mean of the worst alpha "
                       "share of them) beside their mean, as mean ± std over seeds; alpha is the runs' "
                       "`trainer.risk_level`.", "", risks, ""]
+        scores = final_scores(runs)
+        if scores:
+            lines += ["## Aggregate over datasets", "",
+                      "Per algorithm, the final normalised scores of all its runs: the interquartile mean (the mean "
+                      "of the middle 50% of runs pooled over datasets) and the mean over datasets, each with its 95% "
+                      "stratified bootstrap confidence interval (50,000 replicates, each redrawing every dataset's "
+                      "runs; Agarwal et al., 2021, as the rliable library computes them). Compare algorithms only on "
+                      "the same datasets.", "", aggregate_table(scores), "",
+                      f"![profiles]({plot_profiles(scores, out_dir).name})", "",
+                      "Performance profiles: the share of runs whose final score is above each threshold, averaged "
+                      "over the algorithm's datasets, with 95% bootstrap bands.", ""]
+            improvements = improvement_table(scores)
+            if improvements:
+                lines += ["## Probability of improvement", "",
+                          "P(X > Y): the chance that a run of X ends above a run of Y on the same dataset (a tie counts "
+                          "half), averaged over their common datasets, with its 95% stratified bootstrap interval.", "",
+                          improvements, ""]
         lines += ["## Learning curves", ""]
         lines += [f"![{p.stem}]({p.name})" for p in plot_curves(runs, out_dir)] + [""]
     for index, sweep in enumerate(sweeps):

@@ -100,6 +100,9 @@ class TrainerConfig:
     updates_per_epoch: int = 1000
     eval_every: int = 1  # epochs between evaluations; the last epoch is always evaluated
     eval_episodes: int = 10  # deterministic-policy episodes per evaluation
+    # Episodes of the last epoch's evaluation, the final score reports use; 0: eval_episodes. More
+    # episodes here narrow the final score's spread without slowing the periodic evaluations.
+    final_eval_episodes: int = 0
     # The risk level alpha of each evaluation's value at risk and conditional value at risk of the
     # returns (`mbrl_offline.evaluation.risk_measures`): the share of worst episodes looked at.
     risk_level: float = 0.1
@@ -119,7 +122,7 @@ class TrainerConfig:
         check_field_types(self, "trainer")  # types first; nested mappings become configs
         require_positive(self, "epochs", "updates_per_epoch", "eval_every", "eval_episodes", "checkpoint_every",
                          section="trainer")
-        require_nonnegative(self, "seed", section="trainer")
+        require_nonnegative(self, "seed", "final_eval_episodes", section="trainer")
         # inf turns the guard off; NaN or a bound <= 0 would stop every run at its first epoch
         require_in_range(self, "divergence_q", 0.0, low_open=True, finite=False, section="trainer")
         require_in_range(self, "risk_level", 0.0, 1.0, low_open=True, high_open=True, section="trainer")
@@ -217,10 +220,11 @@ class Trainer:
                 last = self.epoch == cfg.epochs
                 if self.epoch % cfg.eval_every == 0 or last:
                     start = time.perf_counter()
-                    result = self.evaluate(cfg.eval_episodes)
+                    episodes = cfg.final_eval_episodes if last and cfg.final_eval_episodes else cfg.eval_episodes
+                    result = self.evaluate(episodes)
                     record["eval"] = {k: v for k, v in result.items() if k != "returns"}
                     if self.adjuster is not None:
-                        adjusted = self.evaluate(cfg.eval_episodes, adjusted=True)
+                        adjusted = self.evaluate(episodes, adjusted=True)
                         record["eval_cdsa"] = {k: v for k, v in adjusted.items() if k != "returns"}
                         result = {**result, "cdsa": adjusted}
                     record["speed"]["eval_seconds"] = time.perf_counter() - start

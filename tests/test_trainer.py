@@ -11,7 +11,7 @@ from mbrl_offline import build_run, load_dataset, platform
 from mbrl_offline.algorithms import RAVLConfig, load_policy
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.checkpoint import read_checkpoint
-from mbrl_offline.errors import CheckpointError, TrainingDiverged
+from mbrl_offline.errors import CheckpointError, ConfigError, TrainingDiverged
 from mbrl_offline.generators import RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.logging import read_metrics
 from mbrl_offline.models.dynamics import DynamicsConfig
@@ -118,6 +118,22 @@ def test_logs_and_callbacks(data, tmp_path):
     json.dumps(records)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["algorithm"] == "ravl" and info["mkl_avx512"] == platform.status()
+
+
+def test_the_final_evaluation_runs_its_own_number_of_episodes(data, tmp_path):
+    """trainer.final_eval_episodes: the last epoch's evaluation (the final score) runs more episodes
+    than the periodic ones; 0 keeps eval_episodes; a negative count is refused."""
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=4, generator=None,
+                           eval_episodes=1, final_eval_episodes=3)
+    trainer.train()
+    assert [len(h["returns"]) for h in trainer.history] == [1, 3]
+    records = [r for r in read_metrics(tmp_path / "run") if "eval" in r]
+    assert [r["epoch"] for r in records] == [2, 4]
+    plain = make_trainer(data, tmp_path / "plain", tmp_path / "cache", epochs=2, generator=None, eval_episodes=2)
+    plain.train()
+    assert [len(h["returns"]) for h in plain.history] == [2]
+    with pytest.raises(ConfigError, match="trainer.final_eval_episodes"):
+        TrainerConfig(final_eval_episodes=-1)
 
 
 def test_a_checkpoint_of_the_first_format_is_read_with_its_generator_settings(data, tmp_path):
