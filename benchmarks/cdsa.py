@@ -90,6 +90,12 @@ def plot(results, agents: list[str], path: str, title: str = "") -> None:
         plt.close(fig)
 
 
+def refuse(message: str) -> None:
+    """Stop with one line naming the problem (exit status 2), before any work."""
+    print(f"{Path(__file__).name}: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> None:
     cases = learning_cases()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -101,15 +107,15 @@ def main() -> None:
     parser.add_argument("--plot", default=None, help="also write the results as this PNG")
     args = parser.parse_args()
     if args.plot is not None and not args.plot.lower().endswith(".png"):
-        parser.error(f"--plot {args.plot} must name a .png file")
+        refuse(f"--plot {args.plot} must name a .png file")
     if any(s < 0 for s in args.seeds) or args.episodes < 1 or args.jobs < 1:
-        parser.error("seeds must be >= 0, --episodes and --jobs at least 1")
+        refuse("seeds must be >= 0, --episodes and --jobs at least 1")
     from mbrl_offline.errors import ConfigError
 
     try:
         config = _cdsa_config(args.cdsa)
     except ConfigError as error:
-        parser.error(str(error))
+        refuse(str(error))
 
     import torch
 

@@ -131,9 +131,9 @@ def _record_problem(record) -> Optional[str]:
     for key in ("epoch", "step"):
         if not isinstance(record.get(key), int) or isinstance(record.get(key), bool):
             return f"has no whole-number '{key}' (got {record.get(key)!r})"
-    for group in ("train", "rollout", "eval", "eval_cdsa", "speed"):
-        if group in record and not isinstance(record[group], dict):
-            return f"has '{group}' = {record[group]!r}, not an object of metrics"
+    for group, values in record.items():  # every group (train, rollout, eval, eval_cdsa, speed, ...) is an object
+        if group not in ("epoch", "step") and not isinstance(values, dict):
+            return f"has '{group}' = {values!r}, not an object of metrics"
     if "eval" in record:
         score = record["eval"].get("normalized_score")
         if not isinstance(score, (int, float)) or isinstance(score, bool):

@@ -205,5 +205,9 @@ def test_the_benchmark_refuses_a_plot_that_is_not_a_png_before_any_work(tmp_path
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "cdsa.py"
     done = subprocess.run([sys.executable, str(script), "--plot", "x.txt"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=120)
-    assert done.returncode == 2 and "--plot x.txt must name a .png file" in done.stderr, done.stderr
+    assert done.returncode == 2 and done.stderr == "cdsa.py: error: --plot x.txt must name a .png file\n", done.stderr
+    assert not list(tmp_path.iterdir())
+    done = subprocess.run([sys.executable, str(script), "--cdsa", "sigma=-1"], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=120)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "sigma" in done.stderr, done.stderr
     assert not list(tmp_path.iterdir())

@@ -437,6 +437,8 @@ DAMAGED_RUNS = {
                           "metrics.jsonl line 3 is not valid JSON (truncated?)"),
     "metrics step text": ("metrics.jsonl", '{"epoch": 1, "step": "ten"}\n', "metrics.jsonl line 1 has no whole-number 'step'"),
     "metrics eval number": ("metrics.jsonl", '{"epoch": 1, "step": 1, "eval": 5}\n', "metrics.jsonl line 1 has 'eval' = 5"),
+    "metrics group a list": ("metrics.jsonl", '{"epoch": 1, "step": 1, "eval_cdsa": [1]}\n',
+                             "metrics.jsonl line 1 has 'eval_cdsa' = [1], not an object of metrics"),
     "metrics no score": ("metrics.jsonl", f'{GOOD_LINE}\n{{"epoch": 2, "step": 2, "eval": {{}}}}\n',
                          "metrics.jsonl line 2 has no number 'eval.normalized_score'"),
     "metrics a list": ("metrics.jsonl", "[1, 2]\n", "metrics.jsonl line 1 holds a list"),

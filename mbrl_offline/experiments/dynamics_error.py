@@ -87,7 +87,14 @@ from mbrl_offline.config import CONFIG_DIR
 
 METHODS = ("PGD", "unguided diffusion", "dynamics ensemble", "ensemble + refiner", "ensemble, UP-MPC actions")
 METHOD_KEYS = dict(zip(("pgd", "unguided", "ensemble", "refiner", "upmpc"), METHODS))  # the names ``methods=`` takes
-POLICIES = ("td3bc", "iql")  # the target policies the tool trains itself (``policy=``)
+# The target policies the tool trains itself (``policy=``): name -> (the name shown, the agent's class in
+# `mbrl_offline.algorithms`, its settings beyond the class's defaults), at the settings of the library's
+# pendulum learning tests (2x128 networks, gamma 0.95). TD3+BC's policy is deterministic; IQL's is a
+# Gaussian actor, which UP-MPC can sample.
+POLICIES = {
+    "td3bc": ("TD3+BC", "TD3BC", {"alpha": 10.0, "hidden_size": 128, "gamma": 0.95}),
+    "iql": ("IQL", "IQL", {"hidden_size": 128, "gamma": 0.95}),  # CORL's settings otherwise
+}
 
 
 # ------------------------------------------------------------------------------------------- the parts
@@ -102,19 +109,17 @@ def start_states(dataset, count: int, seed: int, device="cpu"):
 
 
 def train_policy(dataset, updates: int, seed: int, device="cpu", kind: str = "td3bc"):
-    """A target policy trained on ``dataset`` alone for ``updates`` updates of batch 256, seeded, at the settings
-    of the library's pendulum learning tests (2x128 networks, gamma 0.95): ``kind`` td3bc (alpha 10; its
-    policy is deterministic) or iql (CORL's settings otherwise; a Gaussian actor, which UP-MPC can sample)."""
+    """A target policy trained on ``dataset`` alone for ``updates`` updates of its batch size, seeded:
+    ``kind`` one of `POLICIES` (td3bc: alpha 10, a deterministic policy; iql: a Gaussian actor)."""
     import torch
 
-    from mbrl_offline.algorithms import IQL, TD3BC, IQLConfig, TD3BCConfig
+    from mbrl_offline import algorithms
     from mbrl_offline.buffer import TRANSITION_FIELDS
 
     torch.manual_seed(seed)
-    if kind == "iql":
-        agent_cls, config = IQL, IQLConfig(hidden_size=128, gamma=0.95)
-    else:
-        agent_cls, config = TD3BC, TD3BCConfig(alpha=10.0, hidden_size=128, gamma=0.95)
+    _, class_name, settings = POLICIES[kind]
+    agent_cls = getattr(algorithms, class_name)
+    config = agent_cls.config_class(**settings)
     agent = agent_cls.for_dataset(dataset, config, device)
     data = {k: torch.as_tensor(getattr(dataset, k), device=device) for k in TRANSITION_FIELDS}
     rng = torch.Generator(device=device).manual_seed(seed)
@@ -404,7 +409,7 @@ def target_policy(cfg, dataset, env, device):
             raise ConfigError(f"checkpoint={cfg.checkpoint} holds a {state['env']} policy, not one for {env.name}; "
                               f"use env={state['env']}.")
         return agent, f"{state['algorithm']} from {cfg.checkpoint} (epoch {state['epoch']})"
-    name = {"td3bc": "TD3+BC", "iql": "IQL"}[cfg.policy]
+    name = POLICIES[cfg.policy][0]
     return train_policy(dataset, cfg.policy_updates, cfg.seed, device, cfg.policy), f"{name}, {cfg.policy_updates} updates"
 
 
