@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 from mbrl_offline import platform
 from mbrl_offline.config import check_writable_dir, config_path_shown
-from mbrl_offline.config_files import TrainSettings, compose, top_level_settings, train_sections
+from mbrl_offline.config_files import TrainSettings, compose, quote_overrides, top_level_settings, train_sections
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -265,15 +266,16 @@ def tool_config(argv: list[str], doc: str, config_dir, config_name: str, extra_s
 
 
 def parse_command_line(argv: list[str], doc: str, config_dir, config_name: str,
-                       extra_settings: dict | None = None) -> tuple[list[str], bool]:
+                       extra_settings: dict | None = None, multirun_ok: bool = False):
     """``(overrides, cfg_job)``: the Hydra overrides of ``argv`` and whether ``--cfg job`` (also
-    ``-c job``, ``--cfg=job``) asked for the composed config. ``--help``/``-h`` prints `tool_help` and
-    exits 0 before anything else; ``--resolve`` is accepted (the config is always resolved); any other
-    ``-option`` is a `ConfigError`."""
+    ``-c job``, ``--cfg=job``) asked for the composed config; with ``multirun_ok`` (the tools that run
+    grids, `tool_runs`), ``(overrides, cfg_job, multirun)`` with whether ``-m``/``--multirun`` was given.
+    ``--help``/``-h`` prints `tool_help` and exits 0 before anything else; ``--resolve`` is accepted (the
+    config is always resolved); any other ``-option`` is a `ConfigError`."""
     if any(a in HELP_FLAGS for a in argv):
         print(tool_help(doc, config_dir, config_name, extra_settings))
         sys.exit(0)
-    overrides, cfg_job, rest = [], False, list(argv)
+    overrides, cfg_job, multirun, rest = [], False, False, list(argv)
     while rest:
         arg = rest.pop(0)
         name, eq, value = arg.partition("=")
@@ -287,14 +289,19 @@ def parse_command_line(argv: list[str], doc: str, config_dir, config_name: str,
         elif arg == "--resolve":
             continue
         elif arg in ("-m", "--multirun"):
-            raise ConfigError(f"{arg}: the tools run one job; for a search over settings use the sweep tool "
-                              f"({invoked_as('sweep')}).")
+            if not multirun_ok:
+                raise ConfigError(f"{arg}: this tool runs one job; grids of runs are for the train and evaluate "
+                                  f"tools, and a search over settings is the sweep tool ({invoked_as('sweep')}).")
+            multirun = True
         elif arg.startswith("-"):
             raise ConfigError(f"unknown option '{arg}'; the tools take --help, --cfg job and setting=value "
                               f"overrides (see --help).")
         else:
             overrides.append(arg)
-    return overrides, cfg_job
+    if not multirun and any(is_hydra_override(o) for o in overrides):
+        raise ConfigError(f"{next(o for o in overrides if is_hydra_override(o))}: Hydra's own settings (hydra/launcher=, "
+                          f"hydra.*) apply to grids of runs; add -m, e.g. -m seed=0,1,2 hydra/launcher=joblib.")
+    return (overrides, cfg_job, multirun) if multirun_ok else (overrides, cfg_job)
 
 
 def print_config(cfg) -> None:
@@ -303,6 +310,191 @@ def print_config(cfg) -> None:
 
     print(OmegaConf.to_yaml(OmegaConf.create(cfg) if isinstance(cfg, dict) else cfg), end="", flush=True)
     sys.exit(0)
+
+
+# ------------------------------------------------------------------------------------ grids of runs (-m)
+# ``mbrl-train -m seed=0,1,2 algo=td3bc,iql`` runs every combination, as Hydra's multirun does, through
+# Hydra's launchers (``hydra/launcher=basic|joblib|submitit_local|submitit_slurm|ray``, the plugins
+# installed). Every run is composed and checked here first, exactly as a single run is, so that one bad
+# value in a grid of 30 is refused before the first run starts; then Hydra launches the runs, each of
+# which is the tool's single-run job on its own config (its own run folder, resume, one-line errors).
+# A run that fails is reported and the others go on.
+
+def is_hydra_override(override: str) -> bool:
+    """Whether ``override`` sets one of Hydra's own settings (``hydra/launcher=joblib``, ``hydra.sweep.dir=``)."""
+    key = str(override).lstrip("+~").partition("=")[0]
+    return key == "hydra" or key.startswith(("hydra.", "hydra/"))
+
+
+def sweep_jobs(overrides: list[str]) -> list[list[str]]:
+    """The runs of a grid: Hydra's basic sweeper's expansion of ``overrides`` (``seed=0,1,2``,
+    ``range(0,3)``, ``glob(...)``; a ``key=a,b`` on each of several keys gives every combination), one
+    list of ``key=value`` overrides per run, in the sweeper's order. As in Hydra's multirun, an unquoted
+    comma makes a sweep (quote a value that holds one: ``env.dataset='a,b.hdf5'``); any other value is
+    read as a single run reads it (`quote_overrides`)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+
+    def grid_override(override: str) -> str:  # a sweep as Hydra reads it; any other value as a single run's
+        try:
+            if parser.parse_override(override).is_sweep_override():
+                return override
+        except HydraException:
+            pass
+        return quote_overrides([override])[0]
+
+    try:
+        parsed = parser.parse_overrides([grid_override(o) for o in overrides])
+        return BasicSweeper.split_arguments(parsed, max_batch_size=None)[0]
+    except HydraException as exc:
+        raise ConfigError(f"cannot read the grid of runs: {str(exc).splitlines()[0]}") from None
+
+
+def _hydra_value(hydra_overrides: list[str], key: str):
+    values = [o.partition("=")[2] for o in hydra_overrides if o.lstrip("+~").partition("=")[0] == key]
+    return values[-1] if values else None
+
+
+def side_by_side(hydra_overrides: list[str], runs: int) -> int:
+    """How many runs Hydra's launcher may run at once: 1 with the basic launcher (the default), else
+    ``hydra.launcher.n_jobs`` where set (joblib; -1 or less: every core) or all of them."""
+    launcher = _hydra_value(hydra_overrides, "hydra/launcher")
+    if launcher in (None, "basic"):
+        return 1
+    n_jobs = _hydra_value(hydra_overrides, "hydra.launcher.n_jobs")
+    try:
+        n = int(n_jobs) if n_jobs is not None else runs
+    except ValueError:
+        raise ConfigError(f"hydra.launcher.n_jobs = {n_jobs!r} must be a whole number (-1: one per core).") from None
+    return max(1, min(runs, os.cpu_count() or 1 if n <= 0 else n))
+
+
+class MultirunJob:
+    """What Hydra's launcher calls for each run (picklable: joblib, submitit and Ray run it in other
+    processes): the tool's single-run ``job`` on the run's own composed config. A run's error is printed
+    as one line and returned, so that the other runs go on."""
+
+    def __init__(self, tool: str, job: Callable, configs: list, labels: list[str]):
+        self.tool, self.job, self.configs, self.labels = tool, job, configs, labels
+
+    def __call__(self, hydra_cfg) -> dict:
+        index = int(hydra_cfg.run)
+        label = f"run {index + 1} of {len(self.configs)} ({self.labels[index]})"
+        platform.apply_environment()  # in a launcher's new process, before the job imports torch
+        print(f"{label}:", flush=True)
+        try:
+            self.job(self.configs[index])
+            return {"run": index, "error": None}
+        except MbrlOfflineError as exc:
+            error = str(exc)
+        except Exception as exc:  # noqa: BLE001 - any run's failure is reported, and the others go on
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        print(f"error: {label}: {error}", file=sys.stderr, flush=True)
+        return {"run": index, "error": error}
+
+
+def tool_runs(tool: str, argv: list[str], doc: str, config_dir, config_name: str, job: Callable,
+              check: Optional[Callable] = None, output: Optional[Callable] = None) -> None:
+    """The command line of a tool that runs jobs (train, evaluate): one run, or with ``-m`` a grid of
+    them. ``check(cfg)`` makes every check that needs no work (it raises `ConfigError`); ``job(cfg)``
+    runs one composed config; ``output(cfg)`` is the folder a run writes, which two runs of a grid may
+    not share. One run: compose, ``--cfg job`` prints it, else check and run. A grid: see `run_grid`."""
+    overrides, show, multirun = parse_command_line(argv, doc, config_dir, config_name, multirun_ok=True)
+    if multirun:
+        return run_grid(tool, config_dir, config_name, overrides, show, job, check, output)
+    cfg = compose(config_dir, config_name, overrides)
+    if show:
+        print_config(cfg)
+    if check is not None:
+        check(cfg)
+    job(cfg)
+
+
+def run_grid(tool: str, config_dir, config_name: str, overrides: list[str], show: bool, job: Callable,
+             check: Optional[Callable], output: Optional[Callable]) -> None:
+    """A grid of runs (``-m``): every run is composed and checked before any starts (a bad one is one
+    `ConfigError` line naming the run); two runs that would write the same folder are refused; torch's
+    threads are split between runs that run side by side (`side_by_side`) unless ``torch_threads`` is
+    set; then Hydra's launcher runs them. The summary names each run's result; exit status 1 if any
+    failed."""
+    hydra_overrides = [o for o in overrides if is_hydra_override(o)]
+    jobs = sweep_jobs([o for o in overrides if not is_hydra_override(o)])
+    by_key = [{o.partition("=")[0]: o for o in run} for run in jobs]
+    varying = {k for k in by_key[0] if len({run.get(k) for run in by_key}) > 1}  # the swept settings
+    labels = [" ".join(o for k, o in run.items() if k in varying) or "no setting varies" for run in by_key]
+    threads = max(1, (os.cpu_count() or 1) // side_by_side(hydra_overrides, len(jobs)))
+    configs = []
+    for index, (run, label) in enumerate(zip(jobs, labels)):
+        try:
+            cfg = compose(config_dir, config_name, run)
+            if threads < (os.cpu_count() or 1) and "torch_threads" in cfg and not cfg.torch_threads:
+                cfg.torch_threads = threads  # runs side by side share the cores
+            if check is not None:
+                check(cfg)
+        except MbrlOfflineError as exc:  # a setting, or a run folder that holds an earlier run
+            raise ConfigError(f"run {index + 1} of {len(jobs)} ({label}): {exc} No run was started.") from None
+        configs.append(cfg)
+    if output is not None:
+        seen: dict[str, int] = {}
+        for index, cfg in enumerate(configs):
+            folder = str(Path(output(cfg)).resolve())
+            if folder in seen:
+                raise ConfigError(f"runs {seen[folder] + 1} ({labels[seen[folder]]}) and {index + 1} ({labels[index]}) "
+                                  f"would both write {output(cfg)}; put the swept settings in the folder's name, e.g. "
+                                  f"trainer.run_dir='runs/{'-'.join('${' + k + '}' for k in sorted(varying)) or 'run'}'. "
+                                  f"No run was started.")
+            seen[folder] = index
+    if show:
+        for index, (cfg, label) in enumerate(zip(configs, labels)):
+            print(f"# run {index + 1} of {len(configs)}: {label}")
+            from omegaconf import OmegaConf
+
+            print(OmegaConf.to_yaml(cfg), end="", flush=True)
+        sys.exit(0)
+    results = launch(tool, MultirunJob(tool, job, configs, labels), len(configs), hydra_overrides)
+    failed = [r for r in results if r["error"] is not None]
+    print(f"{len(results) - len(failed)} of {len(results)} runs finished"
+          + "".join(f"\n  run {r['run'] + 1} ({labels[r['run']]}): failed: {r['error']}" for r in failed), flush=True)
+    if failed:
+        print(f"error: {len(failed)} of {len(results)} runs failed: "
+              + ", ".join(f"run {r['run'] + 1} ({labels[r['run']]})" for r in failed), file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def launch(tool: str, task: MultirunJob, runs: int, hydra_overrides: list[str]) -> list[dict]:
+    """Run ``task`` for runs 0 .. ``runs`` - 1 through Hydra's multirun with ``hydra_overrides`` (the launcher
+    and its settings); each run's result, in run order. Hydra's own config for it is a one-key config
+    (``run``, swept over the run numbers): the runs' configs were composed and checked before. Hydra
+    writes its usual multirun folder (``hydra.sweep.dir``, by default ``multirun/<tool>/<date>_<time>``),
+    and the working directory stays where the tool was started (``hydra.job.chdir=false``), so that
+    relative run folders mean what they mean in a single run."""
+    from hydra._internal.hydra import Hydra
+    from hydra._internal.utils import create_config_search_path
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException, MissingConfigException
+
+    ConfigStore.instance().store(name="mbrl_multirun", node={"run": 0})
+    defaults = ["hydra.job.chdir=false", f"hydra.sweep.dir=multirun/{tool}/${{now:%Y-%m-%d_%H-%M-%S}}",
+                "hydra.sweep.subdir=${hydra.job.num}", f"hydra.job.name=mbrl-{tool}"]
+    GlobalHydra.instance().clear()
+    try:
+        hydra = Hydra.create_main_hydra2(task_name=f"mbrl-{tool}", config_search_path=create_config_search_path(None))
+        returns = hydra.multirun("mbrl_multirun", task, defaults + hydra_overrides + [f"run=range(0,{runs})"])
+    except MissingConfigException as exc:
+        group, _, option = (exc.missing_cfg_file or "").rpartition("/")
+        known = ", ".join(o for o in (exc.options or []))
+        raise ConfigError(f"unknown {group or 'Hydra option'} '{option}'. Known: {known}. The launchers other than "
+                          f"basic are optional extras: pip install 'mbrl_offline[joblib]', '[slurm]' or '[ray]'.") from None
+    except HydraException as exc:
+        raise ConfigError(f"Hydra could not launch the runs: {str(exc).splitlines()[0]}") from None
+    finally:
+        GlobalHydra.instance().clear()
+    results = [job.return_value for batch in returns for job in batch]
+    return sorted(results, key=lambda r: r["run"])
 
 
 def tool_help(doc: str, config_dir, config_name: str, extra_settings: dict | None = None) -> str:

@@ -53,7 +53,7 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (IQLConfig, "value_lr", NAN), (IQLConfig, "gamma", 2.0), (IQLConfig, "tau", 1.01), (IQLConfig, "hidden_size", 0),
     (IQLConfig, "hidden_layers", 0), (IQLConfig, "batch_size", 0), (IQLConfig, "state_std_eps", -1.0),
     (TrainerConfig, "epochs", 0), (TrainerConfig, "updates_per_epoch", 0), (TrainerConfig, "eval_every", 0),
-    (TrainerConfig, "eval_episodes", 0), (TrainerConfig, "checkpoint_every", 0), (TrainerConfig, "seed", -1),
+    (TrainerConfig, "eval_episodes", 0), (TrainerConfig, "final_eval_episodes", -1), (TrainerConfig, "checkpoint_every", 0), (TrainerConfig, "seed", -1),
     (TrainerConfig, "run_dir", ""), (TrainerConfig, "divergence_q", 0.0), (TrainerConfig, "divergence_q", NAN),
     (TrainerConfig, "risk_level", 0.0), (TrainerConfig, "risk_level", 1.0), (TrainerConfig, "risk_level", NAN),
     (RolloutConfig, "horizon", 0), (RolloutConfig, "rollouts_per_epoch", 0), (RolloutConfig, "retain_epochs", 0),

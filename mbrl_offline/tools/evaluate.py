@@ -9,23 +9,22 @@ checkpoint's own dataset (or loaded from the cache), and prints both.
 Settings: ``episodes=10`` (at least 1), ``seed=0`` (at least 0), ``risk_level=0.1`` (in (0, 1)),
 ``adjust=none`` (or ``cdsa``), ``device=cpu`` (one this machine has);
 each is checked before the checkpoint is read (mbrl_offline/configs/evaluate.yaml). ``--help`` lists them;
-``--cfg job`` prints the composed config and evaluates nothing.
+``--cfg job`` prints the composed config and evaluates nothing. ``-m`` evaluates a grid, as Hydra's
+multirun does (``-m checkpoint=runs/a/checkpoint.pt,runs/b/checkpoint.pt seed=0,1``), through Hydra's
+launcher (``hydra/launcher=``; see ``mbrl-train``'s help).
 """
 
-from mbrl_offline.cli import cli_main, tool_config
+from mbrl_offline.cli import cli_main, tool_runs
 from mbrl_offline.config import CONFIG_DIR
 
 
-@cli_main
-def main(argv: list[str]) -> None:
-    from mbrl_offline.adjust import AdjustedEpisodePolicy, CDSA, CDSAConfig, check_adjust
-    from mbrl_offline.algorithms import load_policy
+def check(cfg) -> None:
+    """The settings, each checked before the checkpoint is read."""
+    from mbrl_offline.adjust import CDSAConfig, check_adjust
     from mbrl_offline.config import check_device, config_to_dataclass, require_nonnegative, require_positive
-    from mbrl_offline.data.envs import get_env_info
     from mbrl_offline.errors import ConfigError
-    from mbrl_offline.evaluation import check_risk_level, evaluate_policy
+    from mbrl_offline.evaluation import check_risk_level
 
-    cfg = tool_config(argv, __doc__, CONFIG_DIR, "evaluate")
     if not cfg.checkpoint:
         raise ConfigError("give the checkpoint to evaluate: checkpoint=runs/<run>/checkpoint.pt")
     require_positive(cfg, "episodes", section="")
@@ -34,8 +33,19 @@ def main(argv: list[str]) -> None:
         raise ConfigError(f"seed = {cfg.seed!r} must be a whole number of at least 0.")
     check_risk_level(cfg.risk_level)
     check_adjust(cfg.adjust)
-    cdsa = config_to_dataclass(CDSAConfig, cfg.cdsa, "cdsa")
+    config_to_dataclass(CDSAConfig, cfg.cdsa, "cdsa")
     check_device(cfg.device)
+
+
+def run(cfg) -> None:
+    """One evaluation of a composed, checked ``evaluate`` config."""
+    from mbrl_offline.adjust import AdjustedEpisodePolicy, CDSA, CDSAConfig
+    from mbrl_offline.algorithms import load_policy
+    from mbrl_offline.config import config_to_dataclass
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.evaluation import evaluate_policy
+
+    cdsa = config_to_dataclass(CDSAConfig, cfg.cdsa, "cdsa")
     agent, state = load_policy(cfg.checkpoint, cfg.device)
     env = get_env_info(state["env"])
     adjuster = None
@@ -50,6 +60,11 @@ def main(argv: list[str]) -> None:
         adjusted = evaluate_policy(AdjustedEpisodePolicy(policy, adjuster), env, cfg.episodes, cfg.seed,
                                    cfg.risk_level)
         print(f"{what}, adjusted by CDSA: {summary(adjusted, cfg.risk_level)}")
+
+
+@cli_main
+def main(argv: list[str]) -> None:
+    tool_runs("evaluate", argv, __doc__, CONFIG_DIR, "evaluate", run, check)
 
 
 def summary(result: dict, risk_level: float) -> str:
