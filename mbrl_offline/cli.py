@@ -369,7 +369,7 @@ def side_by_side(hydra_overrides: list[str], runs: int) -> int:
         n = int(n_jobs) if n_jobs is not None else runs
     except ValueError:
         raise ConfigError(f"hydra.launcher.n_jobs = {n_jobs!r} must be a whole number (-1: one per core).") from None
-    return max(1, min(runs, os.cpu_count() or 1 if n <= 0 else n))
+    return max(1, min(runs, (os.cpu_count() or 1) if n <= 0 else n))
 
 
 class MultirunJob:

@@ -104,3 +104,14 @@ def test_a_grid_of_evaluations(tmp_path):
     assert "2 of 2 runs finished" in done.stdout and done.stdout.count("td3bc on Pendulum-v1, epoch 1, 1 episodes") == 2
     bad = tool(tmp_path, "-m", "checkpoint=run/checkpoint.pt", "episodes=1,0", name="evaluate")
     assert bad.returncode == 2 and bad.stderr.startswith("error: run 2 of 2 (episodes=0): "), bad.stderr
+
+
+def test_runs_side_by_side_share_the_cores(monkeypatch):
+    from mbrl_offline.cli import side_by_side
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert side_by_side([], 30) == 1 and side_by_side(["hydra/launcher=basic"], 30) == 1
+    assert side_by_side(["hydra/launcher=joblib", "hydra.launcher.n_jobs=4"], 30) == 4
+    assert side_by_side(["hydra/launcher=joblib", "hydra.launcher.n_jobs=-1"], 30) == 16
+    assert side_by_side(["hydra/launcher=joblib", "hydra.launcher.n_jobs=-1"], 3) == 3
+    assert side_by_side(["hydra/launcher=submitit_local"], 5) == 5
