@@ -172,6 +172,8 @@ TOOLS = {
     "evaluate": Tool("mbrl_offline.tools.evaluate", "evaluate.py", "evaluate a trained policy in the real env"),
     "collect": Tool("mbrl_offline.tools.collect", "collect.py", "make D4RL-style datasets for an env"),
     "report": Tool("mbrl_offline.tools.report", "report.py", "score tables and learning curves of runs and sweeps"),
+    "reproduce": Tool("mbrl_offline.tools.reproduce", "reproduce.py",
+                      "train algorithms x datasets x seeds at a budget and write the results page"),
     "inspect": Tool("mbrl_offline.tools.inspect_dataset", "inspect_dataset.py",
                     "check and summarise a dataset, export it to D4RL HDF5"),
     "bandit": Tool("mbrl_offline.experiments.bandit", "bandit.py", "NEUBAY's bandit illustration (an experiment)"),
@@ -266,10 +268,12 @@ def tool_config(argv: list[str], doc: str, config_dir, config_name: str, extra_s
 
 
 def parse_command_line(argv: list[str], doc: str, config_dir, config_name: str,
-                       extra_settings: dict | None = None, multirun_ok: bool = False):
+                       extra_settings: dict | None = None, multirun_ok: bool = False, launches: bool = False):
     """``(overrides, cfg_job)``: the Hydra overrides of ``argv`` and whether ``--cfg job`` (also
     ``-c job``, ``--cfg=job``) asked for the composed config; with ``multirun_ok`` (the tools that run
     grids, `tool_runs`), ``(overrides, cfg_job, multirun)`` with whether ``-m``/``--multirun`` was given.
+    Hydra's own settings (``hydra/launcher=``) need ``-m``, except in a tool that always launches its runs
+    through Hydra (``launches``: `mbrl_offline.tools.reproduce`).
     ``--help``/``-h`` prints `tool_help` and exits 0 before anything else; ``--resolve`` is accepted (the
     config is always resolved); any other ``-option`` is a `ConfigError`."""
     if any(a in HELP_FLAGS for a in argv):
@@ -289,6 +293,8 @@ def parse_command_line(argv: list[str], doc: str, config_dir, config_name: str,
         elif arg == "--resolve":
             continue
         elif arg in ("-m", "--multirun"):
+            if launches:  # its runs always go through Hydra's launcher
+                continue
             if not multirun_ok:
                 raise ConfigError(f"{arg}: this tool runs one job; grids of runs are for the train and evaluate "
                                   f"tools, and a search over settings is the sweep tool ({invoked_as('sweep')}).")
@@ -298,7 +304,7 @@ def parse_command_line(argv: list[str], doc: str, config_dir, config_name: str,
                               f"overrides (see --help).")
         else:
             overrides.append(arg)
-    if not multirun and any(is_hydra_override(o) for o in overrides):
+    if not multirun and not launches and any(is_hydra_override(o) for o in overrides):
         raise ConfigError(f"{next(o for o in overrides if is_hydra_override(o))}: Hydra's own settings (hydra/launcher=, "
                           f"hydra.*) apply to grids of runs; add -m, e.g. -m seed=0,1,2 hydra/launcher=joblib.")
     return (overrides, cfg_job, multirun) if multirun_ok else (overrides, cfg_job)
@@ -377,8 +383,8 @@ class MultirunJob:
     processes): the tool's single-run ``job`` on the run's own composed config. A run's error is printed
     as one line and returned, so that the other runs go on."""
 
-    def __init__(self, tool: str, job: Callable, configs: list, labels: list[str]):
-        self.tool, self.job, self.configs, self.labels = tool, job, configs, labels
+    def __init__(self, job: Callable, configs: list, labels: list[str]):
+        self.job, self.configs, self.labels = job, configs, labels
 
     def __call__(self, hydra_cfg) -> dict:
         index = int(hydra_cfg.run)
@@ -415,53 +421,75 @@ def tool_runs(tool: str, argv: list[str], doc: str, config_dir, config_name: str
 
 def run_grid(tool: str, config_dir, config_name: str, overrides: list[str], show: bool, job: Callable,
              check: Optional[Callable], output: Optional[Callable]) -> None:
-    """A grid of runs (``-m``): every run is composed and checked before any starts (a bad one is one
-    `ConfigError` line naming the run); two runs that would write the same folder are refused; torch's
-    threads are split between runs that run side by side (`side_by_side`) unless ``torch_threads`` is
-    set; then Hydra's launcher runs them. The summary names each run's result; exit status 1 if any
+    """A grid of runs (``-m``): Hydra's sweep syntax expanded (`sweep_jobs`), each run labelled by its swept
+    settings, composed and checked (`compose_runs`), then launched (`launch_runs`); exit status 1 if any
     failed."""
     hydra_overrides = [o for o in overrides if is_hydra_override(o)]
     jobs = sweep_jobs([o for o in overrides if not is_hydra_override(o)])
     by_key = [{o.partition("=")[0]: o for o in run} for run in jobs]
     varying = {k for k in by_key[0] if len({run.get(k) for run in by_key}) > 1}  # the swept settings
     labels = [" ".join(o for k, o in run.items() if k in varying) or "no setting varies" for run in by_key]
+    configs = compose_runs(config_dir, config_name, jobs, labels, hydra_overrides, check)
+    folder_hint = f"trainer.run_dir='runs/{'-'.join('${' + k + '}' for k in sorted(varying)) or 'run'}'"
+    if launch_runs(tool, job, configs, labels, hydra_overrides, show, output, folder_hint):
+        sys.exit(1)
+
+
+def compose_runs(config_dir, config_name: str, jobs: list[list[str]], labels: list[str], hydra_overrides: list[str],
+                 check: Optional[Callable] = None) -> list:
+    """The configs of runs ``jobs`` (one list of overrides each, named by ``labels``), each composed and, with
+    ``check``, checked before any run starts: a bad one is one `ConfigError` line naming the run. Runs that
+    Hydra's launcher will run side by side (`side_by_side`) share the cores: an unset ``torch_threads``
+    gets the cores divided by them."""
     threads = max(1, (os.cpu_count() or 1) // side_by_side(hydra_overrides, len(jobs)))
     configs = []
     for index, (run, label) in enumerate(zip(jobs, labels)):
         try:
             cfg = compose(config_dir, config_name, run)
             if threads < (os.cpu_count() or 1) and "torch_threads" in cfg and not cfg.torch_threads:
-                cfg.torch_threads = threads  # runs side by side share the cores
+                cfg.torch_threads = threads
             if check is not None:
                 check(cfg)
         except MbrlOfflineError as exc:  # a setting, or a run folder that holds an earlier run
             raise ConfigError(f"run {index + 1} of {len(jobs)} ({label}): {exc} No run was started.") from None
         configs.append(cfg)
+    return configs
+
+
+def launch_runs(tool: str, job: Callable, configs: list, labels: list[str], hydra_overrides: list[str], show: bool,
+                output: Optional[Callable] = None, folder_hint: str = "") -> list[dict]:
+    """Runs composed ``configs`` (`compose_runs`) through Hydra's launcher (`launch`), each the tool's
+    single-run ``job``. Two runs that would write the same folder (``output(cfg)``) are refused first
+    (``folder_hint`` says what to set); with ``show`` (``--cfg job``) each config is printed and nothing
+    runs. Prints a summary naming each run's result and returns the failed runs' results (``{"run": index,
+    "error": line}``). The grids of ``-m`` (`run_grid`) and `mbrl_offline.tools.reproduce` come through here."""
     if output is not None:
         seen: dict[str, int] = {}
         for index, cfg in enumerate(configs):
             folder = str(Path(output(cfg)).resolve())
             if folder in seen:
                 raise ConfigError(f"runs {seen[folder] + 1} ({labels[seen[folder]]}) and {index + 1} ({labels[index]}) "
-                                  f"would both write {output(cfg)}; put the swept settings in the folder's name, e.g. "
-                                  f"trainer.run_dir='runs/{'-'.join('${' + k + '}' for k in sorted(varying)) or 'run'}'. "
-                                  f"No run was started.")
+                                  f"would both write {output(cfg)}" + (f"; put the swept settings in the folder's "
+                                                                      f"name, e.g. {folder_hint}" if folder_hint else "")
+                                  + ". No run was started.")
             seen[folder] = index
     if show:
+        from omegaconf import OmegaConf
+
         for index, (cfg, label) in enumerate(zip(configs, labels)):
             print(f"# run {index + 1} of {len(configs)}: {label}")
-            from omegaconf import OmegaConf
-
             print(OmegaConf.to_yaml(cfg), end="", flush=True)
         sys.exit(0)
-    results = launch(tool, MultirunJob(tool, job, configs, labels), len(configs), hydra_overrides)
+    if not configs:
+        return []
+    results = launch(tool, MultirunJob(job, configs, labels), len(configs), hydra_overrides)
     failed = [r for r in results if r["error"] is not None]
     print(f"{len(results) - len(failed)} of {len(results)} runs finished"
           + "".join(f"\n  run {r['run'] + 1} ({labels[r['run']]}): failed: {r['error']}" for r in failed), flush=True)
     if failed:
         print(f"error: {len(failed)} of {len(results)} runs failed: "
               + ", ".join(f"run {r['run'] + 1} ({labels[r['run']]})" for r in failed), file=sys.stderr, flush=True)
-        sys.exit(1)
+    return failed
 
 
 def launch(tool: str, task: MultirunJob, runs: int, hydra_overrides: list[str]) -> list[dict]:
@@ -522,7 +550,7 @@ def tool_help(doc: str, config_dir, config_name: str, extra_settings: dict | Non
         if group in setting_docs() and group not in section_names:
             lines.append(f"  {group}{'.*' if group in ('algo', 'generator', 'env') else ''}: {setting_docs()[group]}")
     for name, default, comment in settings:
-        if name in setting_docs():
+        if name in setting_docs() and default == "":  # a section documented elsewhere (trainer.*)
             lines.append(f"  {name}.*: {setting_docs()[name]}")
         else:
             lines.append(f"  {name}={default}" + (f"  # {comment}" if comment else ""))

@@ -271,9 +271,9 @@ def improvement_table(scores: dict[str, dict[str, np.ndarray]]) -> str:
     return "\n".join(lines) if len(lines) > 2 else ""
 
 
-def plot_profiles(scores: dict[str, dict[str, np.ndarray]], out_dir: Path) -> Path:
-    """A PNG of each algorithm's performance profile (the share of runs above each normalised score,
-    averaged over its datasets) with its 95% stratified bootstrap band."""
+def plot_profiles(scores: dict[str, dict[str, np.ndarray]], out_dir: Path, name: str = "profiles.png") -> Path:
+    """A PNG (``out_dir / name``) of each algorithm's performance profile (the share of runs above each
+    normalised score, averaged over its datasets) with its 95% stratified bootstrap band."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -295,7 +295,7 @@ def plot_profiles(scores: dict[str, dict[str, np.ndarray]], out_dir: Path) -> Pa
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    path = out_dir / "profiles.png"
+    path = out_dir / name
     try:
         save_figure(fig, path)  # never a half-written figure
     finally:
@@ -399,6 +399,43 @@ def _format_value(value) -> str:
 
 
 # ------------------------------------------------------------------------------------------ report
+def runs_sections(runs: list[Run], out_dir: Path, prefix: str = "") -> list[str]:
+    """The markdown lines of a report's runs (their tables, profiles and learning curves), the figures
+    written to ``out_dir`` with names starting ``prefix`` (`write_report`, `mbrl_offline.reproduce`)."""
+    lines = ["## Final normalised scores", "",
+             "Per dataset and algorithm: the last evaluation (final) and the mean of the last ten evaluations "
+             "(last 10) of each run, as mean ± std over seeds; `data` is the dataset's own mean score.", "",
+             score_table(runs), ""]
+    risks = risk_table(runs)
+    if risks:
+        lines += ["## The lower tail of the final evaluation", "",
+                  "Per dataset and algorithm, each run's last evaluation: the value at risk (the alpha-quantile of "
+                  "its episodes' normalised scores) and the conditional value at risk (the mean of the worst alpha "
+                  "share of them) beside their mean, as mean ± std over seeds; alpha is the runs' "
+                  "`trainer.risk_level`.", "", risks, ""]
+    scores = final_scores(runs)
+    if scores:
+        profiles = plot_profiles(scores, out_dir, f"{prefix}profiles.png")
+        lines += ["## Aggregate over datasets", "",
+                  "Per algorithm, the final normalised scores of all its runs: the interquartile mean (the mean "
+                  "of the middle 50% of runs pooled over datasets) and the mean over datasets, each with its 95% "
+                  "stratified bootstrap confidence interval (50,000 replicates, each redrawing every dataset's "
+                  "runs; Agarwal et al., 2021, as the rliable library computes them). Compare algorithms only on "
+                  "the same datasets.", "", aggregate_table(scores), "",
+                  f"![profiles]({profiles.name})", "",
+                  "Performance profiles: the share of runs whose final score is above each threshold, averaged "
+                  "over the algorithm's datasets, with 95% bootstrap bands.", ""]
+        improvements = improvement_table(scores)
+        if improvements:
+            lines += ["## Probability of improvement", "",
+                      "P(X > Y): the chance that a run of X ends above a run of Y on the same dataset (a tie counts "
+                      "half), averaged over their common datasets, with its 95% stratified bootstrap interval.", "",
+                      improvements, ""]
+    lines += ["## Learning curves", ""]
+    lines += [f"![{p.stem}]({p.name})" for p in plot_curves(runs, out_dir, f"{prefix}curves")] + [""]
+    return lines
+
+
 def write_report(paths: list[str | Path], out_dir: str | Path, command: Optional[str] = None) -> Path:
     """Write ``report.md`` and its PNG figures to ``out_dir``; returns the markdown file's path. The
     output folder is checked before any log is read; each file is written whole or not at all, and a
@@ -431,36 +468,7 @@ def _write_report(runs: list[Run], sweeps: list[SweepSummary], out_dir: Path, co
     if command:
         lines += [f"Made by `{command}`.", ""]
     if runs:
-        lines += ["## Final normalised scores", "",
-                  "Per dataset and algorithm: the last evaluation (final) and the mean of the last ten evaluations "
-                  "(last 10) of each run, as mean ± std over seeds; `data` is the dataset's own mean score.", "",
-                  score_table(runs), ""]
-        risks = risk_table(runs)
-        if risks:
-            lines += ["## The lower tail of the final evaluation", "",
-                      "Per dataset and algorithm, each run's last evaluation: the value at risk (the alpha-quantile of "
-                      "its episodes' normalised scores) and the conditional value at risk (the mean of the worst alpha "
-                      "share of them) beside their mean, as mean ± std over seeds; alpha is the runs' "
-                      "`trainer.risk_level`.", "", risks, ""]
-        scores = final_scores(runs)
-        if scores:
-            lines += ["## Aggregate over datasets", "",
-                      "Per algorithm, the final normalised scores of all its runs: the interquartile mean (the mean "
-                      "of the middle 50% of runs pooled over datasets) and the mean over datasets, each with its 95% "
-                      "stratified bootstrap confidence interval (50,000 replicates, each redrawing every dataset's "
-                      "runs; Agarwal et al., 2021, as the rliable library computes them). Compare algorithms only on "
-                      "the same datasets.", "", aggregate_table(scores), "",
-                      f"![profiles]({plot_profiles(scores, out_dir).name})", "",
-                      "Performance profiles: the share of runs whose final score is above each threshold, averaged "
-                      "over the algorithm's datasets, with 95% bootstrap bands.", ""]
-            improvements = improvement_table(scores)
-            if improvements:
-                lines += ["## Probability of improvement", "",
-                          "P(X > Y): the chance that a run of X ends above a run of Y on the same dataset (a tie counts "
-                          "half), averaged over their common datasets, with its 95% stratified bootstrap interval.", "",
-                          improvements, ""]
-        lines += ["## Learning curves", ""]
-        lines += [f"![{p.stem}]({p.name})" for p in plot_curves(runs, out_dir)] + [""]
+        lines += runs_sections(runs, out_dir)
     for index, sweep in enumerate(sweeps):
         lines.append(sweep_section(sweep, out_dir, index))
     report = out_dir / "report.md"

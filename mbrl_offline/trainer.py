@@ -212,6 +212,7 @@ class Trainer:
                            desc=f"{self.agent.name} {self.env.name}", unit="upd", disable=not cfg.progress)
         try:
             while self.epoch < cfg.epochs:
+                epoch_start = time.perf_counter()
                 record = self._run_epoch(bar)
                 self.epoch += 1
                 if hasattr(self.agent, "on_epoch_end"):  # per-epoch schedules (learning-rate annealing)
@@ -230,6 +231,8 @@ class Trainer:
                     record["speed"]["eval_seconds"] = time.perf_counter() - start
                     self.history.append({"epoch": self.epoch, **result})
                     bar.set_postfix(score=f"{result['normalized_score']:.1f}")
+                # the epoch's wall time: its generations, updates and evaluation (`mbrl_offline.reproduce` sums them)
+                record["speed"]["epoch_seconds"] = time.perf_counter() - epoch_start
                 logger.log(self.epoch, self.epoch * cfg.updates_per_epoch, record)
                 if self.epoch % cfg.checkpoint_every == 0 or last:
                     self.save_checkpoint(self.checkpoint_path)

@@ -65,3 +65,34 @@ def test_the_same_run_from_python_and_the_command_line_gives_identical_metrics(t
 
     cli, python = metrics("cli"), metrics("python")
     assert len(cli) == 2 and cli == python
+
+
+# What the cpu budget (budget/cpu.yaml, the results page's) may change from the published settings: the schedule,
+# the amount of synthetic data, and NEUBAY's sizes and its posterior's members (the quick budget's).
+CPU_BUDGET_CHANGES = {"trainer.epochs", "trainer.updates_per_epoch", "trainer.eval_every", "trainer.eval_episodes",
+                      "trainer.final_eval_episodes", "trainer.checkpoint_every", "generator.every",
+                      "generator.rollout.rollouts_per_epoch", "generator.adversarial.every",
+                      "generator.adversarial.steps", "generator.posterior.parallel", "generator.buffer_rows",
+                      "generator.dynamics.ensemble_size", "generator.dynamics.num_elites", "generator.dynamics.max_epochs"}
+
+
+def leaves(tree, prefix=""):
+    if not isinstance(tree, dict):
+        return {prefix[:-1]: tree}
+    return {k: v for key, value in tree.items() for k, v in leaves(value, f"{prefix}{key}.").items()}
+
+
+@pytest.mark.parametrize("algo", sorted(__import__("mbrl_offline.algorithms", fromlist=["ALGORITHMS"]).ALGORITHMS))
+def test_the_cpu_budget_keeps_every_agents_published_settings(algo):
+    from omegaconf import OmegaConf
+
+    def composed(budget):
+        cfg = OmegaConf.to_container(compose(CONFIG_DIR, "train", [f"algo={algo}", "env=pendulum", f"budget={budget}"]))
+        return leaves({k: v for k, v in cfg.items() if k in ("algo", "generator", "trainer")})
+
+    paper, cpu = composed("paper"), composed("cpu")
+    changed = {key for key in paper.keys() | cpu.keys() if paper.get(key) != cpu.get(key)}
+    allowed = CPU_BUDGET_CHANGES | ({"algo.batch_size", "algo.d_model", "algo.d_hidden", "algo.head_hidden"}
+                                    if algo == "neubay" else set())
+    assert changed <= allowed, sorted(changed - allowed)
+    assert cpu["trainer.updates_per_epoch"] * cpu["trainer.epochs"] in (15_000, 20_000, 6_000, 48)

@@ -49,7 +49,7 @@ def test_train_then_evaluate(tmp_path, device):
     ("algo.etta=1", "error: unknown setting 'algo.etta'. Did you mean 'algo.eta'? Valid: num_critics, eta,"),
     ("trainer.epochs=many", "error: trainer.epochs = 'many' has the wrong type; expected int."),
     ("generator.rollout.horizon=[1", "error: cannot parse the override: no viable alternative at input '[1'"),
-    ("budget=slow", "error: unknown budget 'slow'. Known: paper, quick."),
+    ("budget=slow", "error: unknown budget 'slow'. Known: cpu, paper, quick."),
     ("algo.init=xavier", "error: unknown init 'xavier'; choose one of torch, edac, edac-official, offlinerlkit, corl-cql."),
     ("algo=edac algo.eta=-1", "error: algo.eta must be at least 0, got -1.0."),
     ("algo=edac algo.update_order=rlkit", "error: algo.update_order must be one of corl, official, offlinerlkit, offlinerlkit_sac, got 'rlkit'."),
