@@ -429,7 +429,7 @@ def run_grid(tool: str, config_dir, config_name: str, overrides: list[str], show
     by_key = [{o.partition("=")[0]: o for o in run} for run in jobs]
     varying = {k for k in by_key[0] if len({run.get(k) for run in by_key}) > 1}  # the swept settings
     labels = [" ".join(o for k, o in run.items() if k in varying) or "no setting varies" for run in by_key]
-    configs = compose_runs(config_dir, config_name, jobs, labels, hydra_overrides, check)
+    configs = compose_runs(config_dir, config_name, jobs, labels, hydra_overrides, None if show else check)  # as one run's --cfg job
     folder_hint = f"trainer.run_dir='runs/{'-'.join('${' + k + '}' for k in sorted(varying)) or 'run'}'"
     if launch_runs(tool, job, configs, labels, hydra_overrides, show, output, folder_hint):
         sys.exit(1)
