@@ -108,10 +108,20 @@ class EvaluateSettings:
     device: str = "cpu"
 
 
+@dataclasses.dataclass
+class ExportSettings:
+    """The top-level settings of ``mbrl_offline/configs/export.yaml``."""
+
+    checkpoint: Optional[str] = None
+    format: str = "torchscript"
+    out: Optional[str] = None
+    overwrite: bool = False
+
+
 # The types of each tool config's top-level settings (its sections, such as trainer.* or collect.*, are
 # dataclasses of the library, converted where the tool builds them).
 TOOL_SETTINGS = {"train": TrainSettings, "tune": TrainSettings, "inspect_dataset": InspectSettings,
-                 "evaluate": EvaluateSettings}
+                 "evaluate": EvaluateSettings, "export": ExportSettings}
 
 
 def compose(config_dir: str, config_name: str, overrides: list[str]):

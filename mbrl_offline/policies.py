@@ -78,6 +78,13 @@ class FeedForwardAgent:
         """``act(observations, deterministic)`` on each step (`ActEpisodePolicy`)."""
         return ActEpisodePolicy(self, deterministic)
 
+    @torch.no_grad()
+    def deterministic(self, observations: torch.Tensor, state=None, starts=None) -> tuple[torch.Tensor, None]:
+        """The policy's mode for observations ``(B, obs_dim)``: the actions ``act(obs, deterministic=True)``
+        gives, as a tensor, and no state (the policy role; what an exported policy computes,
+        `mbrl_offline.export`). It is the agent's ``mode``."""
+        return self.mode(observations), None
+
     def act_input(self, obs) -> torch.Tensor:
         """What every agent's ``act`` does first: `checked_observations` for this agent's ``obs_dim``
         (one observation or a batch, finite numbers) as a float32 tensor on its device."""

@@ -165,6 +165,13 @@ class Agent(Protocol):
         a recurrent agent carries its state through each episode."""
         ...
 
+    def deterministic(self, observations: torch.Tensor, state: Any = None,
+                      starts: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, Any]:
+        """``(actions (B, act_dim), next state)``: the policy's mode for tensor inputs, read as the policy's
+        ``sample`` reads them; the actions ``act(obs, deterministic=True)`` and evaluation take. An exported
+        policy (`mbrl_offline.export`) is this computation alone."""
+        ...
+
     def state_dict(self) -> dict:
         ...
 

@@ -105,6 +105,12 @@ class FakeRecurrent:
         mean = self.mean(features[:, -1])
         return torch.minimum(torch.maximum(mean + 0.1 * torch.randn_like(mean), self.low), self.high), state
 
+    @torch.no_grad()
+    def deterministic(self, observations, state=None, starts=None):
+        x, s = self._steps(observations, starts)
+        features, state = self.encode(x, s, state)
+        return self.mean(features[:, -1]), state
+
     def log_prob(self, observations, actions, state=None, starts=None):
         x, s = self._steps(observations, starts)
         features, _ = self.encode(x, s, state)

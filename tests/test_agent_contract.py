@@ -167,6 +167,13 @@ def test_agent_meets_the_roles(name, generator, data, cache, tmp_path):
     assert first.shape == (7, data.act_dim) and (first >= low - 1e-6).all() and (first <= high + 1e-6).all()
     if not recurrent:  # feed-forward: act itself, bit for bit
         assert np.array_equal(first, agent.act(data.observations[:7], deterministic=True))
+    # the mode as tensors (what an exported policy computes, mbrl_offline.export) is the action evaluation takes
+    observations = torch.as_tensor(data.observations[:7], device=agent.device)
+    inputs = observations if not recurrent else history_inputs(
+        observations, torch.zeros(7, data.act_dim, device=agent.device), torch.zeros(7, device=agent.device),
+        torch.ones(7, dtype=torch.bool, device=agent.device))
+    mode, _ = agent.deterministic(inputs, None, torch.ones(7, dtype=torch.bool, device=agent.device))
+    assert np.array_equal(mode.cpu().numpy(), first)
 
     trainer.train()
     if trainer.generator is not None:

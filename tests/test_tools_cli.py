@@ -28,7 +28,7 @@ GROUPS = ["algo", "generator", "env", "budget", "preset"]
 # The config groups each tool's --help must list (the tools without a config take options instead).
 TOOL_GROUPS = {"train": GROUPS, "sweep": GROUPS + ["sweep"], "edge_of_reach": GROUPS, "collect": ["env"],
                "inspect_dataset": ["env"], "evaluate": [], "report": None, "dynamics_in_pytorch": None,
-               "dynamics_error": ["env"], "bandit": ["bandit"], "reproduce": ["budget"]}
+               "dynamics_error": ["env"], "bandit": ["bandit"], "reproduce": ["budget"], "export": []}
 # File paths that Hydra's override grammar does not read as written: non-ASCII, spaces, '=', ',', brackets,
 # quotes, trailing backslashes, shell-ish characters.
 PATHS = ["/tmp/données/run", "/tmp/runs/été 1", "/tmp/my runs/x", "runs/a=b,c", "runs/a,b", "runs/x[1]{2}(3)",
@@ -159,6 +159,9 @@ def cfg_job_cases(tmp_path: Path) -> dict:
         "bandit": (["bandit=paper", f"out={path}.png", "penalties=[0,2.5]", "bandit.updates=300", "--cfg", "job"],
                    lambda c: c["out"] == f"{path}.png" and c["penalties"] == [0, 2.5] and c["bandit"]["updates"] == 300
                    and c["bandit"]["d_model"] == 256 and c["seed"] == 0),
+        "export": ([f"checkpoint={path}/checkpoint.pt", "format=onnx", f"out={path}/p.onnx", "--cfg", "job"],
+                   lambda c: c == {"checkpoint": f"{path}/checkpoint.pt", "format": "onnx", "out": f"{path}/p.onnx",
+                                   "overwrite": False}),
         "reproduce": (["seeds=[0,4]", f"runs_dir={path}", f"out={path}/results.md", "device=cpu", "-c", "job"],
                       lambda c: c["seeds"] == [0, 4] and c["runs_dir"] == path and c["out"] == f"{path}/results.md"
                       and c["budget"]["name"] == "cpu" and c["algos"] == "all" and "device" not in c),

@@ -351,10 +351,16 @@ class MOReL(FeedForwardAgent):
 
     @torch.no_grad()
     def act(self, obs: np.ndarray, deterministic: bool = True) -> np.ndarray:
-        """The mean action (or a sample), clipped to the env's bounds."""
+        """The mean action (`mode`) or a sample, clipped to the env's bounds."""
         obs_t = self.act_input(obs)
-        action = self.pi(obs_t) if deterministic else self.sample(obs_t)[0]
-        return torch.maximum(torch.minimum(action, self.action_high), self.action_low).cpu().numpy()
+        if deterministic:
+            return self.mode(obs_t).cpu().numpy()
+        return torch.maximum(torch.minimum(self.sample(obs_t)[0], self.action_high), self.action_low).cpu().numpy()
+
+    @torch.no_grad()
+    def mode(self, observations: torch.Tensor) -> torch.Tensor:
+        """The Gaussian's mean, clipped to the env's bounds: the action of evaluation."""
+        return torch.maximum(torch.minimum(self.pi(observations), self.action_high), self.action_low)
 
     # ---------------------------------------------------------------- one NPG iteration
     def update(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -351,6 +351,13 @@ class NEUBAY:
         mu, raw_log_std, state = self._last_step(observations, state, starts)
         return self.actor.draw(mu, raw_log_std)[0], state
 
+    @torch.no_grad()
+    def deterministic(self, observations: torch.Tensor, state=None, starts: Optional[torch.Tensor] = None):
+        """The policy's mode (the tanh of the mean, in the env's units) for the last step of history inputs
+        ``(B, D)`` or ``(B, T, D)``, and the state after it: what evaluation and an exported policy take."""
+        mu, _, state = self._last_step(observations, state, starts)
+        return self.actor.mode(mu), state
+
     def log_prob(self, observations: torch.Tensor, actions: torch.Tensor, state=None,
                  starts: Optional[torch.Tensor] = None) -> torch.Tensor:
         """log pi(a|h) ``(B,)`` of env-unit actions at the last step, differentiable in ``actions``."""

@@ -70,6 +70,9 @@ def lru_scan(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torc
     """
     dtype = bx.dtype
     h0 = h0.to(dtype).expand(*bx.shape[:-2], bx.shape[-1])  # a state shared by every row: its gradient sums
+    if bx.shape[-2] == 1:  # one step (acting, an exported policy): h_0 = lambda keep_0 h0 + bx_0, no scan
+        keep = (~starts.bool()).to(bx.real.dtype)  # (..., 1)
+        return bx + (lam.to(dtype) * h0 * keep).unsqueeze(-2)
     return _LRUScan.apply(lam.to(dtype), bx, starts.bool(), h0)
 
 

@@ -130,6 +130,10 @@ class GaussianBC(FeedForwardAgent):
         return self._log_prob(observations, actions)
 
     @torch.no_grad()
+    def deterministic(self, observations, state=None, starts=None):
+        return torch.maximum(torch.minimum(self.net(observations), self.high), self.low), None
+
+    @torch.no_grad()
     def act(self, obs, deterministic=True):
         obs_t = self.act_input(obs)
         mean = self.net(obs_t)
