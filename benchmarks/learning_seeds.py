@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import platform
 import sys
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+
+from mbrl_offline.platform import cpu_name
 
 TEST_FILE = Path(__file__).resolve().parents[1] / "tests" / "test_learning.py"
 
@@ -48,16 +49,6 @@ def _run(name: str, seed: int, threads: int, cache_dir: str, refiner_sigma_min=N
     with tempfile.TemporaryDirectory() as run_dir:
         data_score, scores = cases.learning_run(name, Path(run_dir) / "run", cache_dir, seed=seed, refiner=refiner)
     return name, seed, data_score, sum(scores[-3:]) / 3, (time.perf_counter() - start) / 60
-
-
-def _cpu() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def main() -> None:
@@ -101,7 +92,7 @@ def main() -> None:
                                                  for s in args.seeds])))
 
     refined = "" if sigma_min is None else f"; model steps refined (PDE-Refiner, sigma_min {sigma_min:g})"
-    print(f"{_cpu()}, {args.threads} thread(s) per run, {args.jobs} run(s) at a time{refined}")
+    print(f"{cpu_name()}, {args.threads} thread(s) per run, {args.jobs} run(s) at a time{refined}")
     print("| agent | dataset (score) | seeds: final score | every seed >= data + 20 | minutes per run |")
     print("|---|---|---|---|---|")
     for name in args.agents:

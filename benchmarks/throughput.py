@@ -36,12 +36,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import platform
 import statistics
 import time
 from pathlib import Path
 
 from mbrl_offline import platform as mbrl_platform  # noqa: E402
+from mbrl_offline.platform import cpu_name  # noqa: E402,F401 (the other benchmarks' throughput.cpu_name)
 mbrl_platform.apply_environment()  # before torch: MBRL_OFFLINE_MKL_AVX512=1 must act before MKL loads
 import torch
 from torch.utils.flop_counter import FlopCounterMode
@@ -89,16 +89,6 @@ def onednn_matmul_rate() -> float | None:
     # linear(a, b) = a @ b^T: the same work as a @ b
     return max(matmul_peak(torch.device("cpu"), product=lambda a, b: torch.ops.mkldnn._linear_pointwise(
         a, b, None, "none", [], "")))
-
-
-def cpu_name() -> str:
-    """The CPU's model, family and model number from /proc/cpuinfo (Linux), for the record."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in lines if ":" in line)}
-    return f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
 FLOP_UNITS = {"GFLOP": (1e9, ".4f"), "MFLOP": (1e6, ",.3f")}  # print_rates' FLOPs per unit: scale, format

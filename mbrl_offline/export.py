@@ -31,25 +31,24 @@ FORMATS = {"torchscript": ".pt", "onnx": ".onnx"}
 METADATA = "mbrl_offline.json"  # the description's name: TorchScript's extra file, ONNX's metadata key
 
 
-class FeedForwardPolicy(nn.Module):
-    """``observations (B, obs_dim) -> actions (B, act_dim)``: the agent's ``deterministic``."""
+class _AgentPolicy(nn.Module):
+    """An agent's ``deterministic`` as a module, the agent's own modules registered as its parts."""
 
     def __init__(self, agent):
         super().__init__()
         self.parts = nn.ModuleDict({k: v for k, v in vars(agent).items() if isinstance(v, nn.Module)})
         self.agent = agent
+
+
+class FeedForwardPolicy(_AgentPolicy):
+    """``observations (B, obs_dim) -> actions (B, act_dim)``."""
 
     def forward(self, observations: torch.Tensor) -> torch.Tensor:
         return self.agent.deterministic(observations)[0]
 
 
-class RecurrentPolicy(nn.Module):
+class RecurrentPolicy(_AgentPolicy):
     """One step: ``(inputs (B, D), starts (B,), *state) -> (actions (B, act_dim), *state)``."""
-
-    def __init__(self, agent):
-        super().__init__()
-        self.parts = nn.ModuleDict({k: v for k, v in vars(agent).items() if isinstance(v, nn.Module)})
-        self.agent = agent
 
     def forward(self, inputs: torch.Tensor, starts: torch.Tensor, *state: torch.Tensor):
         actions, new_state = self.agent.deterministic(inputs, list(state), starts)
@@ -78,7 +77,7 @@ def policy_module(agent) -> tuple[nn.Module, tuple, dict]:
         inputs = [{"name": "observations", "shape": ["batch", agent.obs_dim], "dtype": "float32"}]
         outputs = [{"name": "actions", "shape": ["batch", agent.act_dim], "dtype": "float32",
                     "meaning": "in the env's units"}]
-    return module.eval(), example, {"inputs": inputs, "outputs": outputs}
+    return module.eval().requires_grad_(False), example, {"inputs": inputs, "outputs": outputs}
 
 
 def export_policy(checkpoint: str | Path, out: str | Path, format: str = "torchscript") -> Path:
@@ -88,16 +87,12 @@ def export_policy(checkpoint: str | Path, out: str | Path, format: str = "torchs
     from mbrl_offline.algorithms import load_policy
     from mbrl_offline.utils import atomic_path
 
-    if format not in FORMATS:
-        raise ConfigError(f"format={format}: the export formats are {', '.join(FORMATS)}.")
+    check_format(format)
     agent, state = load_policy(checkpoint, "cpu")
-    for value in vars(agent).values():
-        if isinstance(value, nn.Module):
-            value.eval().requires_grad_(False)
     module, example, description = policy_module(agent)
     if format == "onnx" and any(t.is_complex() for t in example):
         raise ConfigError(f"{checkpoint}: {state['algorithm']}'s policy carries a complex state (its LRU encoder), "
-                          f"which ONNX cannot hold; export format=torchscript (or train with algo.memory=gru).")
+                          f"which ONNX cannot hold; export format=torchscript (or train with algo.encoder=gru).")
     description = {"algorithm": state["algorithm"], "env": state["env"], "epoch": state["epoch"],
                    "obs_dim": agent.obs_dim, "act_dim": agent.act_dim, "recurrent": bool(agent.recurrent),
                    "checkpoint": str(checkpoint), **description}
@@ -119,12 +114,18 @@ def export_policy(checkpoint: str | Path, out: str | Path, format: str = "torchs
     return out
 
 
+def check_format(format: str) -> None:
+    """Refuse, in one line, a format that is not one of `FORMATS`, or ONNX without the exporter's packages."""
+    import importlib.util
+
+    if format not in FORMATS:
+        raise ConfigError(f"format={format}: the export formats are {', '.join(FORMATS)}.")
+    missing = [name for name in ("onnx", "onnxscript") if format == "onnx" and importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"format=onnx needs {' and '.join(missing)}: pip install 'mbrl_offline[export]'.")
+
+
 def _export_onnx(module: nn.Module, example: tuple, description: dict, path: Path) -> None:
-    try:
-        import onnx  # noqa: F401
-        import onnxscript  # noqa: F401
-    except ImportError:
-        raise ConfigError("format=onnx needs the onnx and onnxscript packages: pip install 'mbrl_offline[export]'.") from None
     names = [i["name"] for i in description["inputs"]]
     batch = torch.export.Dim("batch", min=1)
     if isinstance(module, RecurrentPolicy):  # forward(inputs, starts, *state): the state's shapes as one tuple
@@ -137,4 +138,4 @@ def _export_onnx(module: nn.Module, example: tuple, description: dict, path: Pat
                           dynamo=True, verbose=False)
 
 
-__all__ = ["export_policy", "policy_module", "FORMATS"]
+__all__ = ["export_policy", "policy_module", "check_format", "FORMATS"]

@@ -145,6 +145,17 @@ def unlock() -> str:
     return status()
 
 
+def cpu_name() -> str:
+    """The CPU's model, family and model number from /proc/cpuinfo (Linux), for the record (the results page,
+    the benchmarks' headers)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    fields = {key.strip(): value.strip() for key, value in (line.split(":", 1) for line in lines if ":" in line)}
+    return f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
+
+
 def _cpu_reason(cpuinfo: str | None = None) -> str | None:
     """None if this CPU (or the given /proc/cpuinfo text) is an AMD one with AVX-512 on x86-64 Linux,
     else why the unlock does not apply."""

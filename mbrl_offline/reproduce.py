@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,19 +177,14 @@ def run_seconds(run_dir: Path) -> Optional[float]:
 
 
 def machine() -> str:
-    """This machine, for the record: the CPU's model (family and model number), its cores, torch's version
-    and threads, and the GPU where one is used."""
+    """This machine, for the record: the CPU (`mbrl_offline.platform.cpu_name`), its cores, torch's version, and
+    the GPU where there is one."""
     import torch
 
-    name = platform.processor() or platform.machine()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        fields = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in lines if ":" in line)}
-        name = f"{fields.get('model name', name)} (family {fields.get('cpu family', '?')} model {fields.get('model', '?')})"
-    except OSError:
-        pass
+    from mbrl_offline.platform import cpu_name
+
     gpu = f"; GPU: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    return f"{name}, {os.cpu_count()} cores; torch {torch.__version__}{gpu}"
+    return f"{cpu_name()}, {os.cpu_count()} cores; torch {torch.__version__}{gpu}"
 
 
 def _schedule(info: dict) -> str:

@@ -19,12 +19,11 @@ def check(cfg) -> Path:
     """The settings, before the checkpoint is read; returns the file to write."""
     from mbrl_offline.config import check_writable_dir
     from mbrl_offline.errors import ConfigError
-    from mbrl_offline.export import FORMATS
+    from mbrl_offline.export import FORMATS, check_format
 
     if not cfg.checkpoint:
         raise ConfigError("give the checkpoint to export: checkpoint=runs/<run>/checkpoint.pt")
-    if cfg.format not in FORMATS:
-        raise ConfigError(f"format={cfg.format}: the export formats are {', '.join(FORMATS)}.")
+    check_format(cfg.format)
     if not Path(cfg.checkpoint).is_file():
         raise ConfigError(f"checkpoint={cfg.checkpoint}: no such file; give a run's checkpoint.pt.")
     out = Path(cfg.out) if cfg.out else Path(cfg.checkpoint).parent / f"policy{FORMATS[cfg.format]}"
@@ -33,12 +32,6 @@ def check(cfg) -> Path:
     if out.exists() and not cfg.overwrite:
         raise ConfigError(f"{out} already exists; pass overwrite=true to replace it, or choose another out=.")
     check_writable_dir(out.parent, "out")
-    if cfg.format == "onnx":
-        import importlib.util
-
-        missing = [name for name in ("onnx", "onnxscript") if importlib.util.find_spec(name) is None]
-        if missing:
-            raise ConfigError(f"format=onnx needs {' and '.join(missing)}: pip install 'mbrl_offline[export]'.")
     return out
 
 

@@ -33,7 +33,7 @@ def main(argv: list[str]) -> None:
     from mbrl_offline import reproduce
     from mbrl_offline.config import check_writable_dir
     from mbrl_offline.config_files import compose
-    from mbrl_offline.errors import ConfigError, MbrlOfflineError
+    from mbrl_offline.errors import ConfigError
     from mbrl_offline.tools import train
     from mbrl_offline.trainer import earlier_run_files
 
@@ -49,26 +49,28 @@ def main(argv: list[str]) -> None:
     planned = reproduce.plan_runs(config)
     labels = [run.label for run in planned]
     jobs = [run.overrides + [f"trainer.run_dir={run.run_dir}"] for run in planned]
-    configs = compose_runs(CONFIG_DIR, "train", jobs, labels, hydra_overrides)  # every run's settings checked
-    pending, pending_labels, states = [], [], {state: 0 for state in reproduce.STATES}
-    for index, (run_cfg, label) in enumerate(zip(configs, labels)):
-        state = reproduce.run_state(Path(run_cfg.trainer.run_dir), run_cfg.trainer.epochs)
-        states[state] += 1
-        if state == "finished":
-            continue
-        run_cfg.resume = state == "stopped"
-        if state == "new" and (found := earlier_run_files(Path(run_cfg.trainer.run_dir))):
-            raise ConfigError(f"run {index + 1} of {len(configs)} ({label}): {run_cfg.trainer.run_dir} holds another "
-                              f"run's files ({', '.join(found)}) and no checkpoint to resume from; remove them or choose "
-                              f"another runs_dir. No run was started.")
-        try:
-            train.check(run_cfg)  # the settings and folders, as the run will check them
-        except MbrlOfflineError as exc:
-            raise ConfigError(f"run {index + 1} of {len(configs)} ({label}): {exc} No run was started.") from None
-        pending.append(run_cfg)
-        pending_labels.append(label + (" (resumed)" if state == "stopped" else ""))
-    print(f"{len(planned)} runs at budget {config.budget}: {states['finished']} finished earlier, "
-          f"{states['stopped']} to resume, {states['new']} to start", flush=True)
+    states = []
+
+    def prepare(run_cfg) -> None:
+        """A run's state (`run_state`): a finished one is kept; a stopped one resumes; a new one must find no
+        other run's files; then every check the run makes (the train tool's)."""
+        run_dir = Path(run_cfg.trainer.run_dir)
+        states.append(reproduce.run_state(run_dir, run_cfg.trainer.epochs))
+        if states[-1] == "finished":
+            return
+        run_cfg.resume = states[-1] == "stopped"
+        if states[-1] == "new" and (found := earlier_run_files(run_dir)):
+            raise ConfigError(f"{run_dir} holds another run's files ({', '.join(found)}) and no checkpoint to resume "
+                              f"from; remove them or choose another runs_dir.")
+        train.check(run_cfg)
+
+    configs = compose_runs(CONFIG_DIR, "train", jobs, labels, hydra_overrides, prepare)  # a bad run: one line
+    pending = [cfg for cfg, state in zip(configs, states) if state != "finished"]
+    pending_labels = [label + (" (resumed)" if state == "stopped" else "")
+                      for label, state in zip(labels, states) if state != "finished"]
+    counts = {state: states.count(state) for state in reproduce.STATES}
+    print(f"{len(planned)} runs at budget {config.budget}: {counts['finished']} finished earlier, "
+          f"{counts['stopped']} to resume, {counts['new']} to start", flush=True)
     start = time.perf_counter()
     failed = launch_runs("reproduce", train.run, pending, pending_labels, hydra_overrides, False,
                          output=lambda c: c.trainer.run_dir)
