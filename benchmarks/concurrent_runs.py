@@ -5,7 +5,7 @@ RAVL, MOPO and TD3+BC, each a full run as the train tool makes it (its generator
         [--epochs 3] [--updates 1000] [--budget paper] [--mps]
 
 Each run is its own process (what ``hydra/launcher=joblib`` starts for a grid): `mbrl_offline.build_run` of
-the agent on bundled hopper-medium at ``--budget`` (its published generator and settings), ``--epochs``
+the agent on bundled ``--dataset`` (default hopper-medium) at ``--budget`` (its published generator and settings), ``--epochs``
 epochs of ``--updates`` updates, one 1-episode evaluation at the end. The model-based agents' dynamics
 model is fitted once first (``--dynamics-epochs``, default 5: the speed of training does not depend on
 how well the model fits) and loaded from the cache by every run. The runs build their trainers, wait for
@@ -36,10 +36,10 @@ import tempfile
 import time
 from pathlib import Path
 
-DATASET = "hopper-medium"
+DATASET = "hopper-medium"  # the default --dataset
 
 
-def _run(algo: str, device: str, budget: str, epochs: int, updates: int, threads: int, cache: str, run_dir: str,
+def _run(algo: str, dataset: str, device: str, budget: str, epochs: int, updates: int, threads: int, cache: str, run_dir: str,
          dynamics_epochs: int, barrier, results) -> None:
     import torch
 
@@ -47,13 +47,14 @@ def _run(algo: str, device: str, budget: str, epochs: int, updates: int, threads
     from mbrl_offline.compose import run_configs
 
     torch.set_num_threads(threads)
-    algo_config, generator_config, _ = run_configs(algo, budget, env="hopper",
-                                                   overrides=_model_overrides(algo, budget, dynamics_epochs))
+    env = load_dataset(dataset).env_name
+    algo_config, generator_config, _ = run_configs(algo, budget, env=env,
+                                                   overrides=_model_overrides(algo, budget, env, dynamics_epochs))
     from mbrl_offline.trainer import TrainerConfig
 
     trainer_config = TrainerConfig(epochs=epochs, updates_per_epoch=updates, eval_every=epochs, eval_episodes=1,
                                    checkpoint_every=epochs, run_dir=run_dir, progress=False, tensorboard=False)
-    trainer = build_run(algo, load_dataset(DATASET), algo_config, generator_config, trainer_config, device,
+    trainer = build_run(algo, load_dataset(dataset), algo_config, generator_config, trainer_config, device,
                         cache_dir=cache)
     barrier.wait()
     start = time.time()
@@ -64,28 +65,29 @@ def _run(algo: str, device: str, budget: str, epochs: int, updates: int, threads
     results.put({"start": start, "end": end, "rate": updates * len(steady) / sum(steady)})
 
 
-def _model_overrides(algo: str, budget: str, dynamics_epochs: int) -> list[str]:
+def _model_overrides(algo: str, budget: str, env: str, dynamics_epochs: int) -> list[str]:
     """Caps on the dynamics fit (the model's quality does not change the speed), for agents with one."""
     from mbrl_offline.compose import run_configs
 
-    generator = run_configs(algo, budget, env="hopper")[1]
+    generator = run_configs(algo, budget, env=env)[1]
     if getattr(generator, "kind", None) != "rollouts":
         return []
     return [f"generator.dynamics.max_epochs={dynamics_epochs}", "generator.dynamics.min_epochs=0"]
 
 
-def fit_models(agents: list[str], budget: str, device: str, cache: str, dynamics_epochs: int) -> None:
+def fit_models(agents: list[str], dataset: str, budget: str, device: str, cache: str, dynamics_epochs: int) -> None:
     """Each model-based agent's dynamics model, fitted once into ``cache`` before the runs load it."""
     from mbrl_offline import build_run, load_dataset
     from mbrl_offline.compose import run_configs
     from mbrl_offline.trainer import TrainerConfig
 
+    env = load_dataset(dataset).env_name
     for algo in agents:
-        overrides = _model_overrides(algo, budget, dynamics_epochs)
+        overrides = _model_overrides(algo, budget, env, dynamics_epochs)
         if overrides:
-            algo_config, generator_config, _ = run_configs(algo, budget, env="hopper", overrides=overrides)
+            algo_config, generator_config, _ = run_configs(algo, budget, env=env, overrides=overrides)
             with tempfile.TemporaryDirectory() as run_dir:
-                build_run(algo, load_dataset(DATASET), algo_config, generator_config,
+                build_run(algo, load_dataset(dataset), algo_config, generator_config,
                           TrainerConfig(epochs=1, run_dir=run_dir, progress=False, tensorboard=False), device,
                           cache_dir=cache)
 
@@ -96,7 +98,7 @@ def measure(algo: str, runs: int, args, cache: str) -> dict:
     barrier, results = context.Barrier(runs), context.Queue()
     threads = args.threads or max(1, (os.cpu_count() or 1) // runs)
     with tempfile.TemporaryDirectory() as root:
-        processes = [context.Process(target=_run, args=(algo, args.device, args.budget, args.epochs, args.updates,
+        processes = [context.Process(target=_run, args=(algo, args.dataset, args.device, args.budget, args.epochs, args.updates,
                                                         threads, cache, str(Path(root) / f"run{i}"),
                                                         args.dynamics_epochs, barrier, results))
                      for i in range(runs)]
@@ -151,6 +153,7 @@ def main() -> None:
     parser.add_argument("--runs", nargs="+", type=int, default=[1, 2, 4, 8, 16])
     parser.add_argument("--epochs", type=int, default=3, help="epochs per run (the first is not timed)")
     parser.add_argument("--updates", type=int, default=1000, help="updates per epoch")
+    parser.add_argument("--dataset", default=DATASET, help="a bundled dataset")
     parser.add_argument("--budget", default="paper", help="the budget whose generator settings the runs take")
     parser.add_argument("--dynamics-epochs", type=int, default=5, help="epochs of the one dynamics fit")
     parser.add_argument("--threads", type=int, default=None, help="torch threads per run (CPU)")
@@ -172,26 +175,27 @@ def main() -> None:
         parser.error("--device cuda: this machine has no CUDA GPU")
     name = (torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")
             else f"{os.cpu_count()}-core CPU")
+    print(f"{name}; torch {torch.__version__}; budget {args.budget}; {args.epochs} epochs x {args.updates} updates "
+          f"per run on {args.dataset}; MPS {'on' if args.mps else 'off'}")
+    print("| agent | runs | per-run updates/s (after epoch 1) | total updates/s | gain over 1 run | wall time (s) |")
+    print("|---|---:|---:|---:|---:|---:|", flush=True)
     with tempfile.TemporaryDirectory() as cache:
-        fit_models(args.agents, args.budget, args.device, cache, args.dynamics_epochs)
+        fit_models(args.agents, args.dataset, args.budget, args.device, cache, args.dynamics_epochs)
         mps = MPSDaemon() if args.mps else None
         if mps is not None:
             mps.__enter__()
         try:
-            rows = [(algo, runs, measure(algo, runs, args, cache)) for algo in args.agents for runs in args.runs]
+            for algo in args.agents:
+                one = None
+                for runs in args.runs:  # each row as it is measured, so a stopped benchmark keeps its rows
+                    result = measure(algo, runs, args, cache)
+                    one = result if runs == 1 else one
+                    gain = f"{result['total'] / one['total']:.2f}x" if one else "-"
+                    print(f"| {algo} | {runs} | {statistics.mean(result['rates']):.1f} (min {min(result['rates']):.1f}) "
+                          f"| {result['total']:.1f} | {gain} | {result['wall']:.0f} |", flush=True)
         finally:
             if mps is not None:
                 mps.__exit__(None, None, None)
-    print(f"{name}; torch {torch.__version__}; budget {args.budget}; {args.epochs} epochs x {args.updates} updates "
-          f"per run on {DATASET}; MPS {'on' if args.mps else 'off'}")
-    print("| agent | runs | per-run updates/s (after epoch 1) | total updates/s | gain over 1 run | wall time (s) |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for algo, runs, result in rows:
-        one = next((r for a, n, r in rows if a == algo and n == 1), None)
-        gain = f"{result['total'] / one['total']:.2f}x" if one else "-"
-        print(f"| {algo} | {runs} | {statistics.mean(result['rates']):.1f} (min {min(result['rates']):.1f}) | "
-              f"{result['total']:.1f} | {gain} | {result['wall']:.0f} |")
-    sys.stdout.flush()
 
 
 if __name__ == "__main__":

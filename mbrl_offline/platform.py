@@ -156,6 +156,30 @@ def cpu_name() -> str:
     return f"{fields.get('model name', '?')}, family {fields.get('cpu family', '?')} model {fields.get('model', '?')}"
 
 
+def code_version() -> dict:
+    """The library's version, and where it runs from a git checkout (an editable install), the checkout's
+    commit and whether tracked files differ from it, for the record (``run.json``, the results page):
+    ``{"version": "0.1.0", "commit": "e87aba6...", "modified": False}``; commit and modified are None for an
+    installed package or when git is not available."""
+    import subprocess
+
+    from mbrl_offline import __version__
+
+    root = Path(__file__).resolve().parent.parent
+    commit = modified = None
+    if (root / ".git").exists():
+        try:
+            head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True,
+                                  timeout=10)
+            changes = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                                     capture_output=True, text=True, timeout=10)
+            if head.returncode == 0 and changes.returncode == 0:
+                commit, modified = head.stdout.strip(), bool(changes.stdout.strip())
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return {"version": __version__, "commit": commit, "modified": modified}
+
+
 def _cpu_reason(cpuinfo: str | None = None) -> str | None:
     """None if this CPU (or the given /proc/cpuinfo text) is an AMD one with AVX-512 on x86-64 Linux,
     else why the unlock does not apply."""

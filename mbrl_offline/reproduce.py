@@ -204,6 +204,15 @@ def _schedule(info: dict) -> str:
     return text
 
 
+def _commit(info: dict) -> str:
+    """The short commit a run's latest session ran (``run.json``'s ``code``), ``+`` where tracked files differed
+    from it; ``-`` where it was not recorded (an installed package, or a run older than the record)."""
+    code = info.get("code") or {}
+    if not code.get("commit"):
+        return "-"
+    return code["commit"][:7] + ("+" if code.get("modified") else "")
+
+
 def write_results(config: ReproduceConfig, planned: list[PlannedRun], command: str, elapsed: float) -> Path:
     """The results page (``config.out``) from the grid's finished runs, with its figures beside it; a run
     that did not finish is listed as missing. Each file is written whole or not at all."""
@@ -240,13 +249,14 @@ def write_results(config: ReproduceConfig, planned: list[PlannedRun], command: s
             lines.append(f"| {schedule} | {', '.join(sorted(set(names)))} |")
         lines += ["", "## Every run", "",
                   "Wall time: the run's epochs (updates, generation, evaluation), summed over its sessions; the "
-                  "model's fit before the first epoch is not in it (a fitted model is cached and shared).", "",
-                  "| algorithm | dataset | seed | final score | updates | wall time (min) |",
-                  "| --- | --- | ---: | ---: | ---: | ---: |"]
+                  "model's fit before the first epoch is not in it (a fitted model is cached and shared). Commit: "
+                  "the code of the run's latest session (+: with changes not yet committed; -: not recorded).", "",
+                  "| algorithm | dataset | seed | final score | updates | wall time (min) | commit |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | --- |"]
         for run, result in finished:
             seconds = run_seconds(run.run_dir)
             lines.append(f"| {run.algo} | {run.dataset} | {run.seed} | {result.scores[-1]:.1f} | {result.steps[-1]:,} | "
-                         f"{'-' if seconds is None else f'{seconds / 60:.1f}'} |")
+                         f"{'-' if seconds is None else f'{seconds / 60:.1f}'} | {_commit(result.info)} |")
         lines += [""] + runs_sections([result for _, result in finished], out.parent, f"{out.stem}-")
     atomic_write_bytes(out, "\n".join(lines))
     return out

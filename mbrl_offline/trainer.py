@@ -282,13 +282,15 @@ class Trainer:
 
     def _write_run_info(self) -> None:
         """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and
-        whether MKL ran its AVX-512 code on an AMD CPU (`mbrl_offline.platform`), which changes the rounding."""
+        whether MKL ran its AVX-512 code on an AMD CPU (`mbrl_offline.platform`), which changes the rounding;
+        and the code that ran it (`mbrl_offline.platform.code_version`: version, git commit). A resumed run
+        rewrites it, so it names the code of the latest session."""
         atomic_write_bytes(self.run_dir / "run.json", json.dumps({
                 "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
                 "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
                 "trainer": asdict(self.config), "agent": asdict(self.agent.config),
                 "generator": self._generator_settings(),
-                "mkl_avx512": platform.status()}, indent=2, default=str))
+                "mkl_avx512": platform.status(), "code": platform.code_version()}, indent=2, default=str))
 
     def _generator_settings(self) -> Optional[dict]:
         return asdict(self.generator.config) if self.generator is not None else None

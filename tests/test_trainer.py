@@ -118,6 +118,26 @@ def test_logs_and_callbacks(data, tmp_path):
     json.dumps(records)
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["algorithm"] == "ravl" and info["mkl_avx512"] == platform.status()
+    assert info["code"] == platform.code_version()  # the version and, in a git checkout, the commit that ran it
+
+
+def test_code_version_names_this_checkouts_commit():
+    """In a git checkout (an editable install, CI's clone) the commit is HEAD's and ``modified`` says whether
+    tracked files differ from it; elsewhere both are None."""
+    import subprocess
+    from pathlib import Path
+
+    import mbrl_offline
+
+    root = Path(mbrl_offline.__file__).resolve().parent.parent
+    code = platform.code_version()
+    assert code["version"] == mbrl_offline.__version__
+    if not (root / ".git").exists():
+        assert code["commit"] is None and code["modified"] is None
+        return
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+    assert code["commit"] == head.strip() and len(code["commit"]) == 40
+    assert isinstance(code["modified"], bool)
 
 
 def test_the_final_evaluation_runs_its_own_number_of_episodes(data, tmp_path):
