@@ -1,17 +1,18 @@
-"""Run logs: TensorBoard scalars and a ``metrics.jsonl`` file (one record per epoch) in the run folder.
+"""Run logs: a ``metrics.jsonl`` file (one record per epoch) in the run folder, and the same scalars to the
+run's experiment trackers (`mbrl_offline.trackers`: TensorBoard by default, W&B with ``logger=wandb``).
 
-The JSON lines are what reports and tests read; TensorBoard is for watching a run. On resume both
-drop whatever was written after the checkpoint being resumed, so a resumed run's logs read as if it
-had never stopped.
+The JSON lines are what reports and tests read; the trackers are for watching a run. On resume the
+JSON lines drop whatever was written after the checkpoint being resumed, and so does TensorBoard, so a
+resumed run's logs read as if it had never stopped.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-from mbrl_offline.errors import FileWriteError, MbrlOfflineError, read_library_text
-from mbrl_offline.utils import atomic_write_bytes, write_failure_reason
+from mbrl_offline.errors import MbrlOfflineError, read_library_text
+from mbrl_offline.utils import atomic_write_bytes
 
 
 class LogError(MbrlOfflineError, ValueError):
@@ -19,14 +20,12 @@ class LogError(MbrlOfflineError, ValueError):
 
 
 class RunLogger:
-    """Writes a run's logs. ``metrics.jsonl`` is rewritten whole through
+    """Writes a run's logs: ``metrics.jsonl``, and each epoch's scalars to the run's trackers
+    (`mbrl_offline.trackers`: TensorBoard, W&B, ...). ``metrics.jsonl`` is rewritten whole through
     `mbrl_offline.utils.atomic_write_bytes` at each record (a few kilobytes to a few megabytes), so a
-    full disk fails in one line and leaves the log as it was, never a truncated last line. TensorBoard
-    writes its own event files from a thread; a failed write there (a full disk) is the same one-line
-    `FileWriteError`, raised in the training thread, and the thread prints no traceback of its own."""
+    full disk fails in one line and leaves the log as it was, never a truncated last line."""
 
-    def __init__(self, run_dir: str | Path, resume_epoch: Optional[int] = None, resume_step: Optional[int] = None,
-                 tensorboard: bool = True):
+    def __init__(self, run_dir: str | Path, resume_epoch: Optional[int] = None, trackers: Sequence = ()):
         self.run_dir = Path(run_dir)
         self.jsonl = self.run_dir / "metrics.jsonl"
         self.lines: list[str] = []
@@ -34,64 +33,29 @@ class RunLogger:
             self.lines = [json.dumps(record) + "\n" for record in read_jsonl(self.jsonl)
                           if record["epoch"] <= resume_epoch]
         atomic_write_bytes(self.jsonl, "".join(self.lines))
-        self.writer = None
-        if tensorboard:
-            from torch.utils.tensorboard import SummaryWriter
-
-            _quiet_tensorboard_threads()
-            self.writer = self._tensorboard(SummaryWriter, str(self.run_dir / "tensorboard"), purge_step=resume_step)
-
-    def _tensorboard(self, call, *args, **kwargs):
-        """``call(*args, **kwargs)``, a TensorBoard write, with a failed write as one `FileWriteError` line."""
-        try:
-            return call(*args, **kwargs)
-        except (OSError, RuntimeError) as exc:
-            reason = write_failure_reason(exc, self.run_dir if self.run_dir.exists() else None)
-            if reason is None:
-                raise
-            raise FileWriteError(f"cannot write the TensorBoard log in {self.run_dir / 'tensorboard'}: {reason}. "
-                                 f"Check the free disk space, or set trainer.tensorboard=false.") from None
+        self.trackers = list(trackers)
 
     def log(self, epoch: int, step: int, metrics: dict[str, dict[str, float]]) -> None:
         """``metrics`` maps a group (``train``, ``rollout``, ``eval``, ``eval_cdsa``, ``speed``) to scalars."""
-        if self.writer is not None:
-            for group, values in metrics.items():
-                for name, value in values.items():
-                    if isinstance(value, (int, float)):
-                        self._tensorboard(self.writer.add_scalar, f"{group}/{name}", value, step)
-            self._tensorboard(self.writer.flush)
+        scalars = {f"{group}/{name}": value for group, values in metrics.items() for name, value in values.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool)}
+        for tracker in self.trackers:
+            tracker.log_scalars(step, scalars)
         line = json.dumps({"epoch": epoch, "step": step, **metrics}) + "\n"
         atomic_write_bytes(self.jsonl, "".join(self.lines) + line)
         self.lines.append(line)
 
     def close(self, quiet: bool = False) -> None:
-        """Close the TensorBoard writer; ``quiet``: after another error, ignore a failed last write."""
-        writer, self.writer = self.writer, None
-        if writer is not None:
+        """Close the trackers; ``quiet``: after another error, ignore a failed last write."""
+        trackers, self.trackers = self.trackers, []
+        failure = None
+        for tracker in trackers:
             try:
-                self._tensorboard(writer.close)
-            except MbrlOfflineError:
-                if not quiet:
-                    raise
-
-
-def _quiet_tensorboard_threads() -> None:
-    """Let TensorBoard's writer thread fail without printing a traceback: it keeps the exception, and
-    the training thread raises it at its next write (`RunLogger._tensorboard`). Other threads' errors
-    are printed as before."""
-    import threading
-
-    previous = threading.excepthook
-    if getattr(previous, "_mbrl_offline", False):
-        return
-
-    def hook(args):
-        if type(args.thread).__name__ == "_AsyncWriterThread" and isinstance(args.exc_value, (OSError, RuntimeError)):
-            return
-        previous(args)
-
-    hook._mbrl_offline = True
-    threading.excepthook = hook
+                tracker.close(quiet=quiet)
+            except MbrlOfflineError as exc:
+                failure = failure or exc
+        if failure is not None and not quiet:
+            raise failure
 
 
 def read_metrics(run_dir: str | Path) -> list[dict]:

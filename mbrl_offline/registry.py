@@ -1,4 +1,4 @@
-"""The registries of agents and generators, the one list of the library's families.
+"""The registries of agents, generators and experiment trackers, the one list of the library's families.
 
 Every list of names in the library comes from here: the command line's config groups (``algo=<name>``,
 ``generator=<kind>``) and its help, the docs' tables (``python -m mbrl_offline.doc_tables``), the tests'
@@ -12,7 +12,11 @@ A family registers itself where it is defined, with a decorator on its class::
     @register_generator
     class MyGenerator: ...                        # meets mbrl_offline.roles.GeneratorClass
 
-The library's own families are the modules of `mbrl_offline.algorithms` and `mbrl_offline.generators`,
+    @register_tracker
+    class MyTracker(Tracker): ...                 # meets mbrl_offline.trackers.Tracker
+
+The library's own families are the modules of `mbrl_offline.algorithms`, `mbrl_offline.generators` and
+`mbrl_offline.trackers`,
 each imported when its package is (`import_modules`): a new one is a new module there, and nothing
 else lists it. Code outside the package registers the same way, by importing its module before use,
 or, for the command line, through the entry-point group ``mbrl_offline.plugins`` of an installed
@@ -22,7 +26,8 @@ distribution (each entry names a module, imported once by `load_plugins`; ``docs
     mbrl_offline.plugins =
         my_agent = my_package.my_agent
 
-Registration checks the class against the contract (`check_agent_class`, `check_generator_class`)
+Registration checks the class against the contract (`check_agent_class`, `check_generator_class`,
+`check_tracker_class`)
 and refuses a name already taken by another class, in one line each.
 """
 from __future__ import annotations
@@ -39,6 +44,8 @@ from mbrl_offline.roles import SEQUENCE_KINDS, GeneratorConfig
 AGENTS: dict[str, tuple[type, type]] = {}
 # kind -> (config class, generator class, or None for ``generator=none``): ``generator=<kind>``
 GENERATORS: dict[str, tuple[type, Optional[type]]] = {}
+# name -> tracker class: ``logger=<name>`` (mbrl_offline.trackers)
+TRACKERS: dict[str, type] = {}
 
 PLUGIN_GROUP = "mbrl_offline.plugins"
 _plugins_loaded = False
@@ -139,6 +146,41 @@ def register_generator(cls):
     return cls
 
 
+def check_tracker_class(cls) -> None:
+    """Refuse, in one line, a tracker class that does not meet `mbrl_offline.trackers.Tracker`."""
+    where = f"tracker class {_where(cls)}"
+    name = getattr(cls, "name", None)
+    if not isinstance(name, str) or not name or "=" in name or " " in name or name == "none":
+        raise ConfigError(f"{where} needs a class attribute name: the registry's name (logger=<name>), one word "
+                          f"other than none.")
+    config_cls = getattr(cls, "config_class", None)
+    if not (isinstance(config_cls, type) and dataclasses.is_dataclass(config_cls)):
+        raise ConfigError(f"{where} needs a class attribute config_class: the dataclass of its settings.")
+    if {f.name: f.default for f in dataclasses.fields(config_cls)}.get("name") != name:
+        raise ConfigError(f"{where}'s config_class {config_cls.__name__} needs a field name with default '{name}'.")
+    for text in ("folder", "summary"):
+        if not isinstance(getattr(cls, text, None), str) or not getattr(cls, text).strip():
+            raise ConfigError(f"{where} needs a class attribute {text} (mbrl_offline.trackers.Tracker).")
+    if "/" in cls.folder or cls.folder in ("run.json", "metrics.jsonl", "checkpoint.pt"):
+        raise ConfigError(f"{where}'s folder '{cls.folder}' must be one name of its own in the run folder.")
+    if not (cls.package is None or isinstance(cls.package, str)):
+        raise ConfigError(f"{where}'s package must be the module it imports, or None.")
+    for method in ("log_scalars", "log_figures", "close"):
+        if not callable(getattr(cls, method, None)):
+            raise ConfigError(f"{where} needs a method {method} (mbrl_offline.trackers.Tracker).")
+
+
+def register_tracker(cls):
+    """Register tracker class ``cls`` under its ``name`` (usable as a class decorator; returns ``cls``).
+    Registering the same class again does nothing; another class under a taken name is refused."""
+    check_tracker_class(cls)
+    taken = TRACKERS.get(cls.name)
+    if taken is not None and _where(taken) != _where(cls):
+        raise ConfigError(f"logger name '{cls.name}' is taken by {_where(taken)}; give {_where(cls)} another name.")
+    TRACKERS[cls.name] = cls
+    return cls
+
+
 def import_modules(package) -> list:
     """Import every module of ``package`` (a package object) whose name does not start with ``_``, so
     that the classes they define register themselves; returns the modules, by name."""
@@ -182,3 +224,10 @@ def generators() -> dict[str, tuple[type, Optional[type]]]:
     imported)."""
     load_plugins()
     return dict(sorted(GENERATORS.items(), key=lambda item: (item[0] != "none", item[0])))
+
+
+def trackers() -> dict[str, type]:
+    """The registered trackers, plugins included, by name (a copy; the library's own are there once
+    `mbrl_offline.trackers` is imported)."""
+    load_plugins()
+    return dict(sorted(TRACKERS.items()))

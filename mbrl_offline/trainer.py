@@ -24,9 +24,9 @@ the dataset is also kept as a `SequenceBuffer` of its episodes, a generator of s
 (``generator=none``: tapes of the dataset, every row real, ``kappa`` 1). `mbrl_offline.build_run` builds the parts from
 names and settings.
 
-A run folder that holds an earlier run's files (`RUN_FILES`: ``run.json``, ``metrics.jsonl``,
-``checkpoint.pt``, ``tensorboard/``; a finished run whose checkpoint was deleted to save disk still
-counts) is never written over: ``train()`` refuses it unless ``resume=True`` (continue it from its
+A run folder that holds an earlier run's files (`run_files`: ``run.json``, ``metrics.jsonl``,
+``checkpoint.pt``, and each tracker's folder, ``tensorboard/``, ``wandb/``; a finished run whose
+checkpoint was deleted to save disk still counts) is never written over: ``train()`` refuses it unless ``resume=True`` (continue it from its
 checkpoint) or ``overwrite=True`` (delete those files and start afresh; ``overwrite=true`` on
 ``examples/train.py``). Other files in the folder are left alone.
 
@@ -64,16 +64,23 @@ from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RunLogger
 from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.torch_files import save_plain
+from mbrl_offline.trackers import open_trackers, send_figures, tracker_config, tracker_folders
 from mbrl_offline.utils import missing_folders, atomic_write_bytes, progress_bar
 
 
-RUN_FILES = ("run.json", "metrics.jsonl", "checkpoint.pt", "tensorboard")  # what a run writes in its run_dir
+RUN_FILES = ("run.json", "metrics.jsonl", "checkpoint.pt")  # what every run writes in its run_dir
+
+
+def run_files() -> tuple[str, ...]:
+    """What a run writes in its run_dir: `RUN_FILES` and every registered tracker's folder
+    (`mbrl_offline.trackers.tracker_folders`)."""
+    return RUN_FILES + tracker_folders()
 
 
 def earlier_run_files(run_dir: str | Path) -> list[str]:
-    """The files of an earlier run (`RUN_FILES`) that ``run_dir`` holds, in that order."""
+    """The files of an earlier run (`run_files`) that ``run_dir`` holds, in that order."""
     run_dir = Path(run_dir)
-    return [name for name in RUN_FILES if (run_dir / name).exists()]
+    return [name for name in run_files() if (run_dir / name).exists()]
 
 
 def check_run_dir(run_dir: str | Path, resume: bool = False, overwrite: bool = False) -> None:
@@ -115,7 +122,10 @@ class TrainerConfig:
     seed: int = 0
     run_dir: str = "runs/run"
     divergence_q: float = 1e6  # stop when |mean Q| exceeds this (or any loss is not finite)
-    tensorboard: bool = True
+    tensorboard: bool = True  # TensorBoard event files in <run_dir>/tensorboard
+    # One more experiment tracker (`mbrl_offline.trackers`) with its settings: {"name": "none"}, or e.g.
+    # logger=wandb on the command line (mbrl_offline/configs/logger/wandb.yaml: Weights & Biases, offline).
+    logger: dict = field(default_factory=lambda: {"name": "none"})
     progress: bool = True
 
     def __post_init__(self):
@@ -127,6 +137,7 @@ class TrainerConfig:
         require_in_range(self, "divergence_q", 0.0, low_open=True, finite=False, section="trainer")
         require_in_range(self, "risk_level", 0.0, 1.0, low_open=True, high_open=True, section="trainer")
         check_adjust(self.adjust, "trainer.adjust")
+        tracker_config(self.logger)  # a known tracker, its settings, its package installed
         if not isinstance(self.run_dir, (str, Path)) or not str(self.run_dir).strip():
             raise ConfigError(f"trainer.run_dir = {self.run_dir!r} must name a folder, e.g. trainer.run_dir=runs/my-run.")
 
@@ -188,15 +199,16 @@ class Trainer:
         elif overwrite:
             self._delete_earlier_run()
         made_folders = missing_folders(self.run_dir)
-        earlier = set(earlier_run_files(self.run_dir))  # this run's own files are the others of RUN_FILES
+        earlier = set(earlier_run_files(self.run_dir))  # this run's own files are the others of run_files()
         checkpoints_before = self._checkpoints_written
         logger = None
         try:
-            self._write_run_info()
-            logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None,
-                               resume_step=self.epoch * cfg.updates_per_epoch if resume else None,
-                               tensorboard=cfg.tensorboard)
+            info = self._write_run_info()
+            trackers = open_trackers(cfg.tensorboard, cfg.logger, self.run_dir, info,
+                                     resume_step=self.epoch * cfg.updates_per_epoch if resume else None)
+            logger = RunLogger(self.run_dir, resume_epoch=self.epoch if resume else None, trackers=trackers)
             summary = self._train_loop(logger)
+            send_figures(trackers, self.run_dir, self.epoch * cfg.updates_per_epoch)
             logger.close()
             return summary
         except BaseException:
@@ -246,13 +258,13 @@ class Trainer:
         return self.summary()
 
     def _remove_own_files(self, earlier: set, made_folders: list[Path]) -> None:
-        """After a run that failed before its first checkpoint: remove the run files (`RUN_FILES`) that
+        """After a run that failed before its first checkpoint: remove the run files (`run_files`) that
         this run made (not those in ``earlier``, which an earlier run wrote) and the folders it made
         (``made_folders``, innermost first) where they are empty, so that the same command can be run
         again without resume or overwrite."""
         import shutil
 
-        for name in RUN_FILES:
+        for name in run_files():
             path = self.run_dir / name
             if name in earlier or not (path.exists() or path.is_symlink()):
                 continue
@@ -270,7 +282,7 @@ class Trainer:
                 break
 
     def _delete_earlier_run(self) -> None:
-        """Remove the earlier run's files (`RUN_FILES`) from the run folder, and nothing else."""
+        """Remove the earlier run's files (`run_files`) from the run folder, and nothing else."""
         import shutil
 
         for name in earlier_run_files(self.run_dir):
@@ -280,17 +292,21 @@ class Trainer:
             else:
                 path.unlink()
 
-    def _write_run_info(self) -> None:
+    def _run_info(self) -> dict:
+        return {"algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
+                "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
+                "trainer": asdict(self.config), "agent": asdict(self.agent.config),
+                "generator": self._generator_settings(),
+                "mkl_avx512": platform.status(), "code": platform.code_version()}
+
+    def _write_run_info(self) -> dict:
         """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and
         whether MKL ran its AVX-512 code on an AMD CPU (`mbrl_offline.platform`), which changes the rounding;
         and the code that ran it (`mbrl_offline.platform.code_version`: version, git commit). A resumed run
         rewrites it, so it names the code of the latest session."""
-        atomic_write_bytes(self.run_dir / "run.json", json.dumps({
-                "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
-                "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
-                "trainer": asdict(self.config), "agent": asdict(self.agent.config),
-                "generator": self._generator_settings(),
-                "mkl_avx512": platform.status(), "code": platform.code_version()}, indent=2, default=str))
+        text = json.dumps(self._run_info(), indent=2, default=str)
+        atomic_write_bytes(self.run_dir / "run.json", text)
+        return json.loads(text)  # as written: what the trackers record as the run's config
 
     def _generator_settings(self) -> Optional[dict]:
         return asdict(self.generator.config) if self.generator is not None else None

@@ -17,6 +17,7 @@ from mbrl_offline.cli import TOOLS, console_script
 from mbrl_offline.config_files import compose
 from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.generators import GENERATORS
+from mbrl_offline.trackers import TRACKERS
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = CONFIG_DIR
@@ -119,7 +120,7 @@ def test_a_documented_command_composes(document, command, capsys):
 
 @functools.lru_cache(maxsize=None)
 def setting_paths() -> frozenset:
-    """Every setting path of the train config, over every algorithm and every generator."""
+    """Every setting path of the train config, over every algorithm and every generator, and every tracker."""
     paths = set()
 
     def walk(node, prefix):
@@ -136,6 +137,8 @@ def setting_paths() -> frozenset:
             except Exception:  # a generator this algorithm's config cannot take: another pair has it
                 continue
             walk(OmegaConf.to_container(cfg), "")
+    for tracker in TRACKERS:
+        walk(OmegaConf.to_container(compose(CONFIGS, "train", [f"logger={tracker}"])), "")
     return frozenset(paths)
 
 

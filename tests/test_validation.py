@@ -26,7 +26,8 @@ from mbrl_offline.models.refiner import RefinerConfig
 from mbrl_offline.models.dynamics import DynamicsConfig
 from mbrl_offline.algorithms.neubay import NEUBAYConfig
 from mbrl_offline.generators.posterior import PosteriorConfig, PosteriorGeneratorConfig
-from mbrl_offline.trainer import RUN_FILES, TrainerConfig, check_run_dir
+from mbrl_offline.trackers.wandb import WandbConfig
+from mbrl_offline.trainer import TrainerConfig, check_run_dir, run_files
 from mbrl_offline.tune import PrunerConfig, SamplerConfig, SweepConfig
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,6 +106,9 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (CollectConfig, "run_dir", ""), (CollectConfig, "namespace", ""), (CollectConfig, "version", " "),
     (CollectConfig, "device", "nonsense"), (CollectConfig, "torch_threads", -1),
     (TrainerConfig, "adjust", "cdsb"),
+    (TrainerConfig, "logger", {"name": "mlflow"}), (TrainerConfig, "logger", {"name": "wandb", "mode": "live"}),
+    (TrainerConfig, "logger", {"name": "none", "project": "x"}),
+    (WandbConfig, "mode", "live"), (WandbConfig, "project", " "), (WandbConfig, "name", "mlflow"),
     (RefinerConfig, "steps", 0), (RefinerConfig, "sigma_min", 0.0), (RefinerConfig, "sigma_min", 1.0),
     (RefinerConfig, "start", "zeros"), (RefinerConfig, "samples", 0), (RefinerConfig, "hidden_size", 0),
     (RefinerConfig, "hidden_layers", 0), (RefinerConfig, "learning_rate", 0.0), (RefinerConfig, "batch_size", 0),
@@ -126,7 +130,9 @@ ANY_VALUE = {(SweepConfig, "storage"), (SweepConfig, "study_name"), (SweepConfig
              (PosteriorGeneratorConfig, "posterior"),
              (PosteriorGeneratorConfig, "dynamics"), (PosteriorGeneratorConfig, "mixing"),
              (RolloutConfig, "refiner"), (PosteriorConfig, "refiner"), (TrainerConfig, "cdsa"),  # their own rows
-             (CDSAConfig, "dynamics")}
+             (CDSAConfig, "dynamics"),
+             # W&B's own names, checked by W&B when the run starts (one line: mbrl_offline.trackers.wandb)
+             (WandbConfig, "entity"), (WandbConfig, "group"), (WandbConfig, "tags"), (WandbConfig, "run_name")}
 
 
 @pytest.mark.parametrize("cls, field, value", BAD_SETTINGS,
@@ -383,11 +389,11 @@ def test_a_finished_run_without_its_checkpoint_is_not_overwritten(data, tmp_path
     assert [r["epoch"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())] == [1]
 
 
-@pytest.mark.parametrize("name", RUN_FILES)
+@pytest.mark.parametrize("name", run_files())
 def test_any_one_file_of_an_earlier_run_protects_its_folder(tmp_path, name):
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    (run_dir / name).mkdir() if name == "tensorboard" else (run_dir / name).write_text("{}")
+    (run_dir / name).mkdir() if "." not in name else (run_dir / name).write_text("{}")
     with pytest.raises(CheckpointError, match=rf"already holds a run \({name}\); pass resume=true"):
         check_run_dir(run_dir)
     check_run_dir(run_dir, overwrite=True)
@@ -486,7 +492,7 @@ def test_a_resumed_run_with_a_damaged_log_is_refused_in_one_line(tmp_path):
 
     (tmp_path / "metrics.jsonl").write_text(f"{GOOD_LINE}\nnot json\n")
     with pytest.raises(LogError, match=r"metrics.jsonl line 2 is not valid JSON"):
-        RunLogger(tmp_path, resume_epoch=1, resume_step=10, tensorboard=False)
+        RunLogger(tmp_path, resume_epoch=1)
     assert (tmp_path / "metrics.jsonl").read_text() == f"{GOOD_LINE}\nnot json\n"
 
 
