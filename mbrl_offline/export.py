@@ -14,8 +14,11 @@ normalisation included; the weights are the checkpoint's, on the CPU, in float32
 
 Each file carries a description of its inputs and outputs (``mbrl_offline.json``: the algorithm, the env,
 the widths, the state's shapes and types, the checkpoint's epoch): TorchScript's extra file, ONNX's
-metadata. ONNX has no complex numbers, so NEUBAY's LRU policy (whose state is complex) exports to
-TorchScript only; with ``memory=gru`` its state is real and both formats work.
+metadata. ONNX has no complex numbers: for ONNX, NEUBAY's LRU policy takes and returns each layer's
+complex state as its (real, imaginary) pairs, a float32 ``(batch, d_hidden, 2)`` tensor (the layout of
+``torch.view_as_real``), and each LRU runs its one step in real arithmetic (`_RealLRUStep`: the same
+products as the complex one-step path of `mbrl_offline.models.recurrent.lru_scan`). TorchScript keeps
+the complex state.
 """
 from __future__ import annotations
 
@@ -55,11 +58,62 @@ class RecurrentPolicy(_AgentPolicy):
         return (actions, *new_state)
 
 
-def policy_module(agent) -> tuple[nn.Module, tuple, dict]:
+class _RealLRUStep(nn.Module):
+    """One step of an `mbrl_offline.models.recurrent.LRU` on a real state: ``h0 (..., d_hidden, 2)`` holds the
+    complex state's (real, imaginary) parts, and ``h = lambda keep h0 + B x`` is written out as
+    ``(l_re h_re - l_im h_im, l_re h_im + l_im h_re)``. lambda is computed once from the trained weights
+    (the export is of a frozen policy), which is what the complex path computes at each call."""
+
+    def __init__(self, lru):
+        super().__init__()
+        self.lru = lru
+        lam = lru.eigenvalues().detach()
+        self.register_buffer("lam_re", lam.real.clone())
+        self.register_buffer("lam_im", lam.imag.clone())
+
+    def forward(self, x: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        from mbrl_offline.models.products import linear
+
+        lru = self.lru
+        gamma = torch.exp(lru.gamma_log).unsqueeze(-1)
+        b_interleaved = torch.stack([lru.B_re * gamma, lru.B_im * gamma], dim=1).reshape(2 * lru.d_hidden, -1)
+        bx = linear(x, b_interleaved).unflatten(-1, (lru.d_hidden, 2))  # (..., 1, d_hidden, 2)
+        keep = (~starts.bool()).to(x.dtype)  # (..., 1): 0 where an episode starts
+        h_re, h_im = h0[..., 0], h0[..., 1]
+        carried = torch.stack([(self.lam_re * h_re - self.lam_im * h_im) * keep,
+                               (self.lam_re * h_im + self.lam_im * h_re) * keep], dim=-1)
+        h = bx + carried.unsqueeze(-3)
+        c_interleaved = torch.stack([lru.C_re, -lru.C_im], dim=-1).reshape(lru.d_model, 2 * lru.d_hidden)
+        y = linear(h.flatten(-2), c_interleaved) + lru.D * x
+        return y, h[..., -1, :, :]
+
+
+def real_state_lrus(agent) -> bool:
+    """Replace, in place, every LRU of ``agent`` (a copy loaded for export) by its one-step real form
+    (`_RealLRUStep`); True if there was one. The agent then acts one step at a time on real states."""
+    from mbrl_offline.models.recurrent import LRU
+
+    found = False
+    for module in [v for v in vars(agent).values() if isinstance(v, nn.Module)]:
+        for parent in list(module.modules()):
+            for name, child in list(parent.named_children()):
+                if isinstance(child, LRU):
+                    setattr(parent, name, _RealLRUStep(child))
+                    found = True
+    return found
+
+
+def policy_module(agent, real_state: bool = False) -> tuple[nn.Module, tuple, dict]:
     """``(module, example inputs, description)`` of ``agent``'s deterministic policy."""
     if agent.recurrent:
-        module = RecurrentPolicy(agent)
         state = agent.initial_state(2)
+        if real_state and any(s.is_complex() for s in state):  # ONNX: complex states as (re, im) pairs
+            real_state_lrus(agent)
+            state = [torch.view_as_real(s).clone() if s.is_complex() else s for s in state]
+            pairs = " as (real, imaginary) pairs"
+        else:
+            pairs = ""
+        module = RecurrentPolicy(agent)
         example = (torch.zeros(2, agent.input_dim), torch.ones(2, dtype=torch.bool), *state)
         inputs = [{"name": "inputs", "shape": ["batch", agent.input_dim], "dtype": "float32",
                    "meaning": "the history row [observation, previous action, previous reward] (zeros for the "
@@ -67,7 +121,7 @@ def policy_module(agent) -> tuple[nn.Module, tuple, dict]:
                   {"name": "starts", "shape": ["batch"], "dtype": "bool",
                    "meaning": "True at an episode's first step (the state is reset there)"}]
         inputs += [{"name": f"state_{i}", "shape": ["batch", *s.shape[1:]], "dtype": str(s.dtype).removeprefix("torch."),
-                    "meaning": f"encoder layer {i}'s state, zeros at the start"} for i, s in enumerate(state)]
+                    "meaning": f"encoder layer {i}'s state{pairs}, zeros at the start"} for i, s in enumerate(state)]
         outputs = [{"name": "actions", "shape": ["batch", agent.act_dim], "dtype": "float32"}]
         outputs += [{"name": f"next_state_{i}", "shape": ["batch", *s.shape[1:]],
                      "dtype": str(s.dtype).removeprefix("torch.")} for i, s in enumerate(state)]
@@ -89,10 +143,7 @@ def export_policy(checkpoint: str | Path, out: str | Path, format: str = "torchs
 
     check_format(format)
     agent, state = load_policy(checkpoint, "cpu")
-    module, example, description = policy_module(agent)
-    if format == "onnx" and any(t.is_complex() for t in example):
-        raise ConfigError(f"{checkpoint}: {state['algorithm']}'s policy carries a complex state (its LRU encoder), "
-                          f"which ONNX cannot hold; export format=torchscript (or train with algo.encoder=gru).")
+    module, example, description = policy_module(agent, real_state=format == "onnx")
     description = {"algorithm": state["algorithm"], "env": state["env"], "epoch": state["epoch"],
                    "obs_dim": agent.obs_dim, "act_dim": agent.act_dim, "recurrent": bool(agent.recurrent),
                    "checkpoint": str(checkpoint), **description}
