@@ -173,6 +173,7 @@ TOOLS = {
     "collect": Tool("mbrl_offline.tools.collect", "collect.py", "make D4RL-style datasets for an env"),
     "report": Tool("mbrl_offline.tools.report", "report.py", "score tables and learning curves of runs and sweeps"),
     "export": Tool("mbrl_offline.tools.export", "export.py", "a trained policy as a TorchScript or ONNX file"),
+    "finetune": Tool("mbrl_offline.tools.finetune", "finetune.py", "fine-tune a trained agent on new data"),
     "reproduce": Tool("mbrl_offline.tools.reproduce", "reproduce.py",
                       "train algorithms x datasets x seeds at a budget and write the results page"),
     "inspect": Tool("mbrl_offline.tools.inspect_dataset", "inspect_dataset.py",

@@ -118,10 +118,27 @@ class ExportSettings:
     overwrite: bool = False
 
 
+@dataclasses.dataclass
+class FinetuneSettings:
+    """The top-level settings of ``mbrl_offline/configs/finetune.yaml``."""
+
+    checkpoint: Optional[str] = None
+    dataset: Optional[str] = None
+    data: str = "append"
+    model: str = "refit"
+    device: str = "cpu"
+    torch_threads: Optional[int] = None
+    keep_freed_memory: bool = True
+    dynamics_cache: Optional[str] = None
+    dynamics_path: Optional[str] = None
+    resume: bool = False
+    overwrite: bool = False
+
+
 # The types of each tool config's top-level settings (its sections, such as trainer.* or collect.*, are
 # dataclasses of the library, converted where the tool builds them).
 TOOL_SETTINGS = {"train": TrainSettings, "tune": TrainSettings, "inspect_dataset": InspectSettings,
-                 "evaluate": EvaluateSettings, "export": ExportSettings}
+                 "evaluate": EvaluateSettings, "export": ExportSettings, "finetune": FinetuneSettings}
 
 
 def compose(config_dir: str, config_name: str, overrides: list[str]):

@@ -183,6 +183,7 @@ class Trainer:
         self.history: list[dict] = []  # evaluation results, one per evaluated epoch
         self._checkpoints_written = 0  # by train(), in this process
         self.adjuster = None  # CDSA with ``adjust="cdsa"``, built by `train` before it writes anything
+        self.origin: dict = {}  # where the run came from, for run.json (`mbrl_offline.finetune`: finetuned_from)
 
     # ----------------------------------------------------------------------------------- loop
     def train(self, resume: bool = False, overwrite: bool = False) -> dict:
@@ -297,7 +298,7 @@ class Trainer:
                 "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
                 "trainer": asdict(self.config), "agent": asdict(self.agent.config),
                 "generator": self._generator_settings(),
-                "mkl_avx512": platform.status(), "code": platform.code_version()}
+                "mkl_avx512": platform.status(), "code": platform.code_version(), **self.origin}
 
     def _write_run_info(self) -> dict:
         """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and

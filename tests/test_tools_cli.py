@@ -28,7 +28,8 @@ GROUPS = ["algo", "generator", "env", "budget", "preset"]
 # The config groups each tool's --help must list (the tools without a config take options instead).
 TOOL_GROUPS = {"train": GROUPS, "sweep": GROUPS + ["sweep"], "edge_of_reach": GROUPS, "collect": ["env"],
                "inspect_dataset": ["env"], "evaluate": [], "report": None, "dynamics_in_pytorch": None,
-               "dynamics_error": ["env"], "bandit": ["bandit"], "reproduce": ["budget"], "export": []}
+               "dynamics_error": ["env"], "bandit": ["bandit"], "reproduce": ["budget"], "export": [],
+               "finetune": ["logger"]}
 # File paths that Hydra's override grammar does not read as written: non-ASCII, spaces, '=', ',', brackets,
 # quotes, trailing backslashes, shell-ish characters.
 PATHS = ["/tmp/données/run", "/tmp/runs/été 1", "/tmp/my runs/x", "runs/a=b,c", "runs/a,b", "runs/x[1]{2}(3)",
@@ -162,6 +163,12 @@ def cfg_job_cases(tmp_path: Path) -> dict:
         "export": ([f"checkpoint={path}/checkpoint.pt", "format=onnx", f"out={path}/p.onnx", "--cfg", "job"],
                    lambda c: c == {"checkpoint": f"{path}/checkpoint.pt", "format": "onnx", "out": f"{path}/p.onnx",
                                    "overwrite": False}),
+        "finetune": ([f"checkpoint={path}/checkpoint.pt", f"dataset={path}.hdf5", "data=replace", "logger=wandb",
+                      f"trainer.run_dir={path}/ft", "trainer.epochs=3", "--cfg", "job"],
+                     lambda c: c["checkpoint"] == f"{path}/checkpoint.pt" and c["dataset"] == f"{path}.hdf5"
+                     and c["data"] == "replace" and c["model"] == "refit" and c["trainer"]["run_dir"] == f"{path}/ft"
+                     and c["trainer"]["epochs"] == 3 and c["trainer"]["seed"] is None
+                     and c["trainer"]["logger"]["name"] == "wandb"),
         "reproduce": (["seeds=[0,4]", f"runs_dir={path}", f"out={path}/results.md", "device=cpu", "-c", "job"],
                       lambda c: c["seeds"] == [0, 4] and c["runs_dir"] == path and c["out"] == f"{path}/results.md"
                       and c["budget"]["name"] == "cpu" and c["algos"] == "all" and "device" not in c),

@@ -1,0 +1,151 @@
+"""Fine-tuning a trained agent on new data: `build_finetune` (``mbrl-finetune``, `mbrl_offline.tools.finetune`).
+
+A fine-tuning run starts from a training checkpoint's agent (its weights, optimiser states and settings)
+and trains it further, in a new run folder, on:
+
+- ``data="append"`` (the default): the checkpoint's own dataset with the new rows after it (an enlarged
+  dataset, as when more data has been logged: d3rlpy#215), or
+- ``data="replace"``: the new dataset alone.
+
+The new data must be of the checkpoint's env, with its observation and action widths. The checkpoint's
+generator keeps its settings; its model is, with ``model="refit"`` (the default), fitted on the
+fine-tuning data (or loaded from the cache where that data's model was fitted before), or, with
+``model="keep"``, the checkpoint's own model (from the cache or ``dynamics_path``; its fingerprint must
+match the checkpoint's). The synthetic buffer starts empty and is filled by the first generation, as at
+the start of any run. The trainer's settings are the checkpoint's, with ``trainer_settings`` over them and
+the run folder the caller's; the epoch count starts again at 0, and schedules over the run's updates
+(NEUBAY's cosine learning rates) run over the fine-tuning updates. The agent's own statistics of the data
+(TD3+BC's observation normalisation, ...) are the checkpoint's, as its networks were trained with them.
+
+``run.json`` records where the run came from (``finetuned_from``: the checkpoint, its epoch, the data,
+its rule and the model rule), besides every setting. A fine-tuning run is an ordinary run: resume,
+TensorBoard, trackers, reports and sweeps work on it.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+DATA_RULES = ("append", "replace")
+MODEL_RULES = ("refit", "keep")
+
+
+def check_finetune_settings(data: str, model: str) -> None:
+    from mbrl_offline.errors import ConfigError
+
+    if data not in DATA_RULES:
+        raise ConfigError(f"data={data}: the data rules are append (the checkpoint's data plus the new rows) and "
+                          f"replace (the new data alone).")
+    if model not in MODEL_RULES:
+        raise ConfigError(f"model={model}: the model rules are refit (fit the generator's model on the fine-tuning "
+                          f"data) and keep (the checkpoint's model).")
+
+
+def concatenate(first, second, source: str):
+    """The rows of dataset ``first`` then ``second`` as one `OfflineDataset` (``first``'s env, reference
+    scores and metadata); every episode of ``first`` ends where it did (its last row is a terminal or a
+    cut), so no episode runs across the join."""
+    import numpy as np
+
+    from mbrl_offline.data.dataset import OfflineDataset
+
+    fields = ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts")
+    joined = {name: np.concatenate([getattr(first, name), getattr(second, name)]) for name in fields}
+    return OfflineDataset(**joined, env_name=first.env_name, env_id=first.env_id, ref_min_score=first.ref_min_score,
+                          ref_max_score=first.ref_max_score, source=source,
+                          metadata={"parts": [first.source, second.source]})
+
+
+def finetune_data(state: dict, checkpoint: Path, dataset: Optional[str], data: str, model: str):
+    """The fine-tuning data, and the checkpoint's own dataset where it is needed (appended to, or the data
+    the kept model was fitted on; loaded from its recorded source and checked against its fingerprint);
+    each refusal is one line naming the fix."""
+    from mbrl_offline import load_dataset
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.errors import CheckpointError, ConfigError, MbrlOfflineError
+
+    env = state["env"]
+    source = state["dataset"]["source"]
+    original = None
+    if data == "append" or dataset is None or model == "keep":
+        try:
+            original = load_dataset(source, env=env)
+        except MbrlOfflineError as exc:
+            raise CheckpointError(f"{checkpoint} was trained on {source}, which cannot be loaded here ({exc}); "
+                                  f"give the new data with data=replace model=refit.") from None
+        if original.fingerprint() != state["dataset"]["fingerprint"]:
+            raise CheckpointError(f"{checkpoint} was trained on {source}, but that dataset has changed since; give "
+                                  f"the new data with data=replace model=refit.")
+    if dataset is None:
+        if data == "replace":
+            raise ConfigError("data=replace needs the new data: dataset=<a bundled name, a D4RL .hdf5 file or a "
+                              "Minari id>.")
+        return original, original
+    new = load_dataset(dataset)
+    if new.env_name is None:
+        new = load_dataset(dataset, env=env)  # data without an env of its own: it is the checkpoint's
+    info = get_env_info(env)
+    if new.env_name not in (None, env) or new.obs_dim != info.obs_dim or new.act_dim != info.act_dim:
+        raise ConfigError(f"dataset={dataset} is {new.env_name or 'an unknown env'}'s data ({new.obs_dim} observation "
+                          f"and {new.act_dim} action columns), but {checkpoint} is a {env} agent ({info.obs_dim} and "
+                          f"{info.act_dim}); fine-tune on {env} data.")
+    if data == "replace":
+        return new, original
+    return concatenate(original, new, f"{source} + {new.source}"), original
+
+
+def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: str = "append", model: str = "refit",
+                   trainer_settings: Optional[dict] = None, device: str | torch.device = "cpu",
+                   cache_dir: Optional[str | Path] = None, dynamics_path: Optional[str | Path] = None,
+                   callbacks: Optional[list] = None):
+    """The `Trainer` that fine-tunes ``checkpoint``'s agent on ``dataset`` (a bundled name, a D4RL .hdf5
+    file or a Minari id; None: the checkpoint's own data) by rule ``data`` (``append``, ``replace``), with its
+    generator's model by rule ``model`` (``refit``, ``keep``), and the trainer settings ``trainer_settings``
+    (``{"run_dir": ..., "epochs": ...}``) over the checkpoint's. Call ``train()`` on it."""
+    from dataclasses import asdict
+
+    from mbrl_offline.algorithms import get_algorithm
+    from mbrl_offline.checkpoint import model_fingerprint, read_checkpoint, saved_settings
+    from mbrl_offline.compose import check_pair
+    from mbrl_offline.config import check_device, config_to_dataclass
+    from mbrl_offline.errors import CheckpointError
+    from mbrl_offline.generators import GENERATORS, build_generator
+    from mbrl_offline.trainer import Trainer, TrainerConfig
+
+    check_finetune_settings(data, model)
+    checkpoint = Path(checkpoint)
+    state = read_checkpoint(checkpoint)
+    agent_cls, config_cls = get_algorithm(state["algorithm"])
+    algo_config = saved_settings(config_cls, state["agent"]["config"], checkpoint, "algo")
+    saved_generator = state.get("generator_config") or {"kind": "none"}
+    generator_config = saved_settings(GENERATORS[saved_generator["kind"]][0], saved_generator, checkpoint, "generator")
+    trainer_config = config_to_dataclass(TrainerConfig, {**asdict(saved_settings(TrainerConfig, state["trainer_config"],
+                                                                                 checkpoint, "trainer")),
+                                                         **(trainer_settings or {})}, "trainer")
+    check_pair(agent_cls, generator_config, algo_config)
+    device = check_device(device, "build_finetune's device")
+    data_set, original = finetune_data(state, checkpoint, dataset, data, model)
+    torch.manual_seed(trainer_config.seed)
+    if model == "keep" and generator_config.kind != "none":
+        generator = build_generator(generator_config, original, device, cache_dir, dynamics_path,
+                                    trainer_config.progress)
+        if model_fingerprint(generator.model.state_dict()) != state["generator"]["model"]:
+            raise CheckpointError(f"model=keep: the {generator_config.kind} model found (cache or dynamics_path) is not "
+                                  f"the one {checkpoint} was trained with; give that model with dynamics_path=, or "
+                                  f"use model=refit.")
+    else:
+        generator_config.check_dataset(data_set, dynamics_path)
+        generator = build_generator(generator_config, data_set, device, cache_dir, dynamics_path, trainer_config.progress)
+    parts = {"dynamics": generator.dynamics} if agent_cls.needs_dynamics else {}
+    agent = agent_cls.for_dataset(data_set, algo_config, device, **parts)
+    agent.load_state_dict(state["agent"])
+    trainer = Trainer(agent, data_set, trainer_config, generator, callbacks)
+    trainer.origin = {"finetuned_from": {"checkpoint": str(checkpoint), "epoch": state["epoch"],
+                                         "dataset": dataset or state["dataset"]["source"], "data": data,
+                                         "model": model if generator is not None else None}}
+    return trainer
+
+
+__all__ = ["build_finetune", "concatenate", "check_finetune_settings", "DATA_RULES", "MODEL_RULES"]

@@ -1,0 +1,81 @@
+"""Fine-tune a trained agent: `mbrl-finetune checkpoint=runs/td3bc-pendulum-seed0/checkpoint.pt dataset=pendulum-medium`.
+
+Trains the checkpoint's agent further (its weights, optimiser states and settings) in a new run folder
+(``trainer.run_dir``; by default the checkpoint's folder with ``-finetune`` after its name), on
+``data=append`` (the default: the checkpoint's own dataset with the rows of ``dataset=`` after it) or
+``data=replace`` (``dataset=`` alone). ``dataset=`` is a bundled name, a D4RL .hdf5 file or a Minari id,
+of the checkpoint's env and widths. The agent's generator keeps its settings; its model is fitted on the
+fine-tuning data (``model=refit``, the default) or is the checkpoint's (``model=keep``). ``trainer.*``
+settings left null keep the checkpoint's (``trainer.epochs=``: the fine-tuning run's epochs, from 0).
+``run.json`` records the checkpoint, the data and the rules (``finetuned_from``). The run folder is an
+ordinary run's: ``resume=true`` continues a stopped fine-tuning run, a folder holding an earlier run is
+refused unless ``overwrite=true``, and reports read it. ``logger=wandb`` adds Weights & Biases. Every
+setting is checked before the checkpoint is read (mbrl_offline/configs/finetune.yaml); the
+checkpoint's own settings and the new data are checked before any training. ``--help`` lists the
+settings; ``--cfg job`` prints the composed config and trains nothing (mbrl_offline/finetune.py).
+"""
+from pathlib import Path
+
+from mbrl_offline.cli import cli_main, tool_config
+from mbrl_offline.config import CONFIG_DIR
+
+
+def run_dir_of(cfg) -> Path:
+    """The fine-tuning run's folder: ``trainer.run_dir``, or the checkpoint's folder with ``-finetune``."""
+    if cfg.trainer.get("run_dir"):
+        return Path(cfg.trainer.run_dir)
+    folder = Path(cfg.checkpoint).resolve().parent
+    return folder.with_name(folder.name + "-finetune")
+
+
+def check(cfg) -> Path:
+    """The settings, before the checkpoint is read; returns the run folder."""
+    from mbrl_offline.config import check_device, check_writable_dir
+    from mbrl_offline.errors import ConfigError
+    from mbrl_offline.finetune import check_finetune_settings
+    from mbrl_offline.trainer import check_run_dir
+
+    if not cfg.checkpoint:
+        raise ConfigError("give the checkpoint to fine-tune: checkpoint=runs/<run>/checkpoint.pt")
+    if not Path(cfg.checkpoint).is_file():
+        raise ConfigError(f"checkpoint={cfg.checkpoint}: no such file; give a run's checkpoint.pt.")
+    check_finetune_settings(cfg.data, cfg.model)
+    check_device(cfg.device, "device")
+    run_dir = run_dir_of(cfg)
+    if run_dir.resolve() == Path(cfg.checkpoint).resolve().parent:
+        raise ConfigError(f"trainer.run_dir={run_dir} is the checkpoint's own run; fine-tuning writes a new run "
+                          f"folder: choose another trainer.run_dir (resume=true with the train tool continues that run).")
+    check_run_dir(run_dir, resume=cfg.resume, overwrite=cfg.overwrite)
+    check_writable_dir(run_dir, "trainer.run_dir")
+    return run_dir
+
+
+@cli_main
+def main(argv: list[str]) -> None:
+    import torch
+    from omegaconf import OmegaConf
+
+    from mbrl_offline import platform
+    from mbrl_offline.finetune import build_finetune
+
+    cfg = tool_config(argv, __doc__, CONFIG_DIR, "finetune")
+    run_dir = check(cfg)
+    settings = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if v is not None}
+    settings["run_dir"] = str(run_dir)
+    if cfg.torch_threads:
+        torch.set_num_threads(cfg.torch_threads)
+    if cfg.keep_freed_memory and torch.device(cfg.device).type == "cpu":
+        platform.keep_freed_memory()
+    trainer = build_finetune(cfg.checkpoint, cfg.dataset, cfg.data, cfg.model, settings, cfg.device,
+                             cache_dir=cfg.dynamics_cache, dynamics_path=cfg.dynamics_path)
+    origin = trainer.origin["finetuned_from"]
+    print(f"fine-tuning {trainer.agent.name} from {cfg.checkpoint} (epoch {origin['epoch']}) on {trainer.dataset.source} "
+          f"({len(trainer.dataset)} transitions; data={cfg.data}"
+          + (f", model={cfg.model}" if trainer.generator is not None else "") + f"); run folder {run_dir}", flush=True)
+    summary = trainer.train(resume=cfg.resume, overwrite=cfg.overwrite)
+    print(f"final normalised score {summary['final_score']:.1f} (return {summary['final_return']:.1f}); "
+          f"mean of the last {min(10, summary['evaluations'])} evaluations {summary['last10_score']:.1f}")
+
+
+if __name__ == "__main__":
+    main()

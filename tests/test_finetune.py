@@ -1,0 +1,152 @@
+"""Fine-tuning (`mbrl_offline.finetune`, ``mbrl-finetune``): a checkpoint's agent trains further on its data
+with new rows appended, or on new data alone, with its generator's model refitted or kept; the run starts
+from the checkpoint's weights, records where it came from, resumes exactly, and bad input is one line
+with exit status 2 before anything is written."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mbrl_offline import build_run, load_dataset
+from mbrl_offline.checkpoint import read_checkpoint
+from mbrl_offline.compose import run_configs
+from mbrl_offline.errors import ConfigError
+from mbrl_offline.finetune import build_finetune, concatenate
+from mbrl_offline.logging import read_metrics
+from mbrl_offline.trainer import TrainerConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_MODEL = ["generator.rollout.rollouts_per_epoch=32", "generator.dynamics.hidden_size=16",
+              "generator.dynamics.max_epochs=2", "generator.dynamics.min_epochs=0", "generator.every=5",
+              "algo.hidden_size=16"]
+
+
+def trainer_config(run_dir, epochs=1):
+    return TrainerConfig(epochs=epochs, updates_per_epoch=5, eval_episodes=1, run_dir=str(run_dir), progress=False,
+                         tensorboard=False)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A tiny MOPO run on pendulum-random (a model-based agent: its generator's model can be refitted or kept)."""
+    folder = tmp_path_factory.mktemp("base")
+    algo, generator, _ = run_configs("mopo", "quick", env="pendulum", overrides=TINY_MODEL)
+    build_run("mopo", load_dataset("pendulum-random"), algo, generator, trainer_config(folder / "run"),
+              cache_dir=folder / "cache").train()
+    return folder
+
+
+def test_append_replace_refit_and_keep(trained, tmp_path):
+    checkpoint, cache = trained / "run" / "checkpoint.pt", trained / "cache"
+    state = read_checkpoint(checkpoint)
+    models = {}
+    for data, model in [("append", "refit"), ("replace", "refit"), ("replace", "keep")]:
+        trainer = build_finetune(checkpoint, "pendulum-medium", data, model, {"run_dir": str(tmp_path / f"{data}-{model}")},
+                                 cache_dir=cache)
+        # the agent starts from the checkpoint's weights
+        for key, value in trainer.agent.state_dict().items():
+            if isinstance(value, torch.Tensor):
+                assert torch.equal(value, state["agent"][key]), key
+        rows = {"append": 20000, "replace": 10000}[data]
+        assert len(trainer.dataset) == rows and len(trainer.real) == rows
+        models[data, model] = trainer._generator_model()
+        trainer.train()
+        info = json.loads((tmp_path / f"{data}-{model}" / "run.json").read_text())
+        assert info["finetuned_from"] == {"checkpoint": str(checkpoint), "epoch": 1, "dataset": "pendulum-medium",
+                                          "data": data, "model": model}
+        assert info["agent"] == json.loads((trained / "run" / "run.json").read_text())["agent"]
+    assert info["dataset"] == "bundled:pendulum-medium"
+    assert models["replace", "keep"] == state["generator"]["model"] != models["replace", "refit"]
+    assert models["append", "refit"] not in (models["replace", "refit"], state["generator"]["model"])
+
+
+def test_concatenate_keeps_every_episode_whole():
+    first, second = load_dataset("pendulum-random"), load_dataset("pendulum-medium")
+    joined = concatenate(first, second, "both")
+    assert len(joined) == len(first) + len(second) and joined.num_episodes == first.num_episodes + second.num_episodes
+    assert torch.equal(torch.as_tensor(joined.observations[len(first):]), torch.as_tensor(second.observations))
+
+
+class Stop(Exception):
+    pass
+
+
+class StopAfterEpoch1:
+    def on_eval(self, trainer, epoch, result):  # after epoch 1's checkpoint: the run "stops" there
+        if epoch == 1:
+            raise Stop
+
+
+def test_a_stopped_finetuning_run_resumes_exactly(trained, tmp_path):
+    checkpoint, cache = trained / "run" / "checkpoint.pt", trained / "cache"
+    settings = lambda name: {"run_dir": str(tmp_path / name), "epochs": 2}  # noqa: E731
+    with pytest.raises(Stop):
+        build_finetune(checkpoint, "pendulum-medium", trainer_settings=settings("a"), cache_dir=cache,
+                       callbacks=[StopAfterEpoch1()]).train()
+    build_finetune(checkpoint, "pendulum-medium", trainer_settings=settings("a"), cache_dir=cache).train(resume=True)
+    build_finetune(checkpoint, "pendulum-medium", trainer_settings=settings("b"), cache_dir=cache).train()
+    drop_speed = lambda records: [{k: v for k, v in r.items() if k != "speed"} for r in records]  # noqa: E731
+    assert drop_speed(read_metrics(tmp_path / "a")) == drop_speed(read_metrics(tmp_path / "b"))
+    assert [r["epoch"] for r in read_metrics(tmp_path / "a")] == [1, 2]
+
+
+def finetune(cwd, *settings):
+    return subprocess.run([sys.executable, str(ROOT / "examples" / "finetune.py"), "trainer.progress=false",
+                           *settings], capture_output=True, text=True, timeout=300, cwd=cwd,
+                          env={**os.environ, "MBRL_OFFLINE_CACHE": str(cwd / "cache")})
+
+
+def test_the_tool_writes_a_new_run_folder(trained, tmp_path):
+    done = finetune(tmp_path, f"checkpoint={trained / 'run' / 'checkpoint.pt'}", "dataset=pendulum-medium",
+                    "data=replace", "trainer.epochs=2", f"dynamics_cache={trained / 'cache'}")
+    assert done.returncode == 0, done.stderr
+    out = trained / "run-finetune"
+    assert f"run folder {out}" in done.stdout and "final normalised score" in done.stdout
+    assert [r["epoch"] for r in read_metrics(out)] == [1, 2]
+    assert json.loads((out / "run.json").read_text())["trainer"]["updates_per_epoch"] == 5  # the checkpoint's
+    again = finetune(tmp_path, f"checkpoint={trained / 'run' / 'checkpoint.pt'}", "dataset=pendulum-medium")
+    assert again.returncode == 2 and "already holds a run" in again.stderr
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["dataset=hopper-medium"], "dataset=hopper-medium is hopper's data (11 observation and 3 action columns), but "),
+    (["dataset=pendulum-medium", "data=merge"], "data=merge: the data rules are append"),
+    (["model=freeze"], "model=freeze: the model rules are refit"),
+    (["data=replace"], "data=replace needs the new data: dataset=<"),
+    (["checkpoint=nowhere.pt"], "checkpoint=nowhere.pt: no such file"),
+    (["trainer.run_dir=RUN"], "is the checkpoint's own run; fine-tuning writes a new run folder"),
+    (["trainer.epochs=0"], "trainer.epochs"),
+])
+def test_bad_input_is_one_line_before_anything_is_written(trained, tmp_path, settings, message):
+    checkpoint = trained / "run" / "checkpoint.pt"
+    settings = [s.replace("RUN", str(trained / "run")) for s in settings]
+    if not any(s.startswith("checkpoint=") for s in settings):
+        settings.append(f"checkpoint={checkpoint}")
+    if not any(s.startswith("trainer.run_dir=") for s in settings):
+        settings.append(f"trainer.run_dir={tmp_path / 'out'}")
+    done = finetune(tmp_path, *settings)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_tool_takes_every_trainer_setting():
+    """finetune.yaml's trainer node names every TrainerConfig field (null: the checkpoint's), except the
+    nested CDSA settings (the checkpoint's) and the tracker (logger=NAME)."""
+    import dataclasses
+
+    import yaml
+
+    from mbrl_offline.config import CONFIG_DIR
+
+    node = yaml.safe_load((Path(CONFIG_DIR) / "finetune.yaml").read_text())["trainer"]
+    assert set(node) == {f.name for f in dataclasses.fields(TrainerConfig)} - {"cdsa", "logger"}
+    assert all(value is None for value in node.values())
+
+
+def test_python_refusals_name_the_fix(trained):
+    with pytest.raises(ConfigError, match="data=replace needs the new data"):
+        build_finetune(trained / "run" / "checkpoint.pt", data="replace")
