@@ -47,15 +47,15 @@ def _run(algo: str, dataset: str, device: str, budget: str, epochs: int, updates
     from mbrl_offline.compose import run_configs
 
     torch.set_num_threads(threads)
-    env = load_dataset(dataset).env_name
+    data = load_dataset(dataset)
+    env = data.env_name
     algo_config, generator_config, _ = run_configs(algo, budget, env=env,
                                                    overrides=_model_overrides(algo, budget, env, dynamics_epochs))
     from mbrl_offline.trainer import TrainerConfig
 
     trainer_config = TrainerConfig(epochs=epochs, updates_per_epoch=updates, eval_every=epochs, eval_episodes=1,
                                    checkpoint_every=epochs, run_dir=run_dir, progress=False, tensorboard=False)
-    trainer = build_run(algo, load_dataset(dataset), algo_config, generator_config, trainer_config, device,
-                        cache_dir=cache)
+    trainer = build_run(algo, data, algo_config, generator_config, trainer_config, device, cache_dir=cache)
     barrier.wait()
     start = time.time()
     trainer.train()
@@ -81,13 +81,14 @@ def fit_models(agents: list[str], dataset: str, budget: str, device: str, cache:
     from mbrl_offline.compose import run_configs
     from mbrl_offline.trainer import TrainerConfig
 
-    env = load_dataset(dataset).env_name
+    data = load_dataset(dataset)
+    env = data.env_name
     for algo in agents:
         overrides = _model_overrides(algo, budget, env, dynamics_epochs)
         if overrides:
             algo_config, generator_config, _ = run_configs(algo, budget, env=env, overrides=overrides)
             with tempfile.TemporaryDirectory() as run_dir:
-                build_run(algo, load_dataset(dataset), algo_config, generator_config,
+                build_run(algo, data, algo_config, generator_config,
                           TrainerConfig(epochs=1, run_dir=run_dir, progress=False, tensorboard=False), device,
                           cache_dir=cache)
 

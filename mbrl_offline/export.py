@@ -75,32 +75,27 @@ class _RealLRUStep(nn.Module):
         from mbrl_offline.models.products import linear
 
         lru = self.lru
-        gamma = torch.exp(lru.gamma_log).unsqueeze(-1)
-        b_interleaved = torch.stack([lru.B_re * gamma, lru.B_im * gamma], dim=1).reshape(2 * lru.d_hidden, -1)
+        b_interleaved, c_interleaved = lru.interleaved_maps()
         bx = linear(x, b_interleaved).unflatten(-1, (lru.d_hidden, 2))  # (..., 1, d_hidden, 2)
         keep = (~starts.bool()).to(x.dtype)  # (..., 1): 0 where an episode starts
         h_re, h_im = h0[..., 0], h0[..., 1]
         carried = torch.stack([(self.lam_re * h_re - self.lam_im * h_im) * keep,
                                (self.lam_re * h_im + self.lam_im * h_re) * keep], dim=-1)
         h = bx + carried.unsqueeze(-3)
-        c_interleaved = torch.stack([lru.C_re, -lru.C_im], dim=-1).reshape(lru.d_model, 2 * lru.d_hidden)
         y = linear(h.flatten(-2), c_interleaved) + lru.D * x
         return y, h[..., -1, :, :]
 
 
-def real_state_lrus(agent) -> bool:
+def real_state_lrus(agent) -> None:
     """Replace, in place, every LRU of ``agent`` (a copy loaded for export) by its one-step real form
-    (`_RealLRUStep`); True if there was one. The agent then acts one step at a time on real states."""
+    (`_RealLRUStep`). The agent then acts one step at a time on real states."""
     from mbrl_offline.models.recurrent import LRU
 
-    found = False
     for module in [v for v in vars(agent).values() if isinstance(v, nn.Module)]:
         for parent in list(module.modules()):
             for name, child in list(parent.named_children()):
                 if isinstance(child, LRU):
                     setattr(parent, name, _RealLRUStep(child))
-                    found = True
-    return found
 
 
 def policy_module(agent, real_state: bool = False) -> tuple[nn.Module, tuple, dict]:

@@ -293,19 +293,17 @@ class Trainer:
             else:
                 path.unlink()
 
-    def _run_info(self) -> dict:
-        return {"algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
-                "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
-                "trainer": asdict(self.config), "agent": asdict(self.agent.config),
-                "generator": self._generator_settings(),
-                "mkl_avx512": platform.status(), "code": platform.code_version(), **self.origin}
-
     def _write_run_info(self) -> dict:
         """``run.json``: what the run is (algorithm, env, dataset, seed, settings), for reports; and
         whether MKL ran its AVX-512 code on an AMD CPU (`mbrl_offline.platform`), which changes the rounding;
         and the code that ran it (`mbrl_offline.platform.code_version`: version, git commit). A resumed run
         rewrites it, so it names the code of the latest session."""
-        text = json.dumps(self._run_info(), indent=2, default=str)
+        text = json.dumps({
+                "algorithm": self.agent.name, "env": self.env.name, "dataset": self.dataset.source,
+                "dataset_score": float(self.dataset.summary()["normalized_score_mean"]), "seed": self.config.seed,
+                "trainer": asdict(self.config), "agent": asdict(self.agent.config),
+                "generator": self._generator_settings(),
+                "mkl_avx512": platform.status(), "code": platform.code_version(), **self.origin}, indent=2, default=str)
         atomic_write_bytes(self.run_dir / "run.json", text)
         return json.loads(text)  # as written: what the trackers record as the run's config
 

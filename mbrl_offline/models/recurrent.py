@@ -222,17 +222,23 @@ class LRU(nn.Module):
         """lambda ``(d_hidden,)`` complex64."""
         return torch.exp(torch.complex(-torch.exp(self.nu_log), torch.exp(self.theta_log)))
 
+    def interleaved_maps(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``B_norm`` and ``C`` as real matrices on interleaved (real, imaginary) columns, the layout of a
+        complex tensor: ``(2 d_hidden, d_model)`` with rows alternating ``gamma B_re`` and ``gamma B_im``
+        (so ``B_norm x`` is one real product, read as complex without a copy), and ``(d_model, 2 d_hidden)``
+        with columns alternating ``C_re`` and ``-C_im`` (so ``Re(C h) = C_re h_re - C_im h_im`` is one product
+        on h's parts as stored)."""
+        gamma = torch.exp(self.gamma_log).unsqueeze(-1)
+        b_interleaved = torch.stack([self.B_re * gamma, self.B_im * gamma], dim=1).reshape(2 * self.d_hidden, -1)
+        c_interleaved = torch.stack([self.C_re, -self.C_im], dim=-1).reshape(self.d_model, 2 * self.d_hidden)
+        return b_interleaved, c_interleaved
+
     def forward(self, x: torch.Tensor, starts: torch.Tensor, h0: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``x (..., T, d_model)``, ``starts (..., T)``, ``h0 (..., d_hidden)`` complex -> outputs
         ``(..., T, d_model)`` and the last state ``(..., d_hidden)``."""
-        gamma = torch.exp(self.gamma_log).unsqueeze(-1)
-        # B_norm x as one real product whose output columns alternate real and imaginary parts (the
-        # layout of a complex tensor), read as complex without a copy: (B_re + i B_im) gamma x
-        b_interleaved = torch.stack([self.B_re * gamma, self.B_im * gamma], dim=1).reshape(2 * self.d_hidden, -1)
-        bx = torch.view_as_complex(linear(x, b_interleaved).unflatten(-1, (self.d_hidden, 2)))
+        b_interleaved, c_interleaved = self.interleaved_maps()
+        bx = torch.view_as_complex(linear(x, b_interleaved).unflatten(-1, (self.d_hidden, 2)))  # (B_re + i B_im) gamma x
         h = lru_scan(self.eigenvalues(), bx, starts, h0)
-        # Re(C h) = C_re h_re - C_im h_im, likewise one product on h's real and imaginary parts as stored
-        c_interleaved = torch.stack([self.C_re, -self.C_im], dim=-1).reshape(self.d_model, 2 * self.d_hidden)
         y = linear(torch.view_as_real(h).flatten(-2), c_interleaved) + self.D * x  # Re(C h) + D x
         return y, h[..., -1, :]
 

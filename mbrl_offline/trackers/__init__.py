@@ -106,23 +106,22 @@ def tracker_config(settings) -> Optional[object]:
     return config_to_dataclass(cls.config_class, settings, "trainer.logger")
 
 
-def run_trackers(tensorboard: bool, logger) -> list[type]:
-    """The tracker classes of a run: TensorBoard when ``tensorboard``, and ``logger``'s (once each)."""
-    classes = [TRACKERS["tensorboard"]] if tensorboard else []
+def run_trackers(tensorboard: bool, logger) -> list[tuple[type, object]]:
+    """The trackers of a run, each as ``(class, its config)``: TensorBoard when ``tensorboard``, and
+    ``logger``'s (`tracker_config`), once each."""
+    chosen = [(TRACKERS["tensorboard"], TRACKERS["tensorboard"].config_class())] if tensorboard else []
     config = tracker_config(logger)
-    if config is not None and TRACKERS[config.name] not in classes:
-        classes.append(TRACKERS[config.name])
-    return classes
+    if config is not None:
+        chosen = [(cls, c) for cls, c in chosen if cls.name != config.name] + [(TRACKERS[config.name], config)]
+    return chosen
 
 
 def open_trackers(tensorboard: bool, logger, run_dir: Path, run_info: dict, resume_step: Optional[int]) -> list:
     """The run's trackers (`run_trackers`), open; if one fails to open, those opened are closed first."""
-    config = tracker_config(logger)
     opened = []
     try:
-        for cls in run_trackers(tensorboard, logger):
-            settings = config if config is not None and config.name == cls.name else cls.config_class()
-            opened.append(cls(settings, Path(run_dir), run_info, resume_step))
+        for cls, config in run_trackers(tensorboard, logger):
+            opened.append(cls(config, Path(run_dir), run_info, resume_step))
     except BaseException:
         for tracker in opened:
             tracker.close(quiet=True)
