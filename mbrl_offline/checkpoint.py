@@ -21,7 +21,7 @@ from mbrl_offline.torch_files import load_plain
 CHECKPOINT_FORMAT = 3
 _MOVED_TO_GENERATOR = ("rollout", "dynamics", "true_dynamics", "real_ratio")  # agent settings in format 1
 REFUSED_HINT = ("If it is a checkpoint written by an older version of mbrl_offline (which pickled numpy random "
-                "states), it cannot be resumed or evaluated: start a new run_dir; otherwise load only files "
+                "states), it cannot be resumed, evaluated, exported or fine-tuned: start a new run_dir; otherwise load only files "
                 "from a source you trust.")
 
 

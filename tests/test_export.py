@@ -155,6 +155,17 @@ def test_the_tool_writes_beside_the_checkpoint_and_never_overwrites(tmp_path):
     assert tool(tmp_path, f"checkpoint={checkpoint}", "overwrite=true").returncode == 0
 
 
+def test_a_checkpoint_too_old_to_read_safely_is_one_line(tmp_path):
+    """A checkpoint of the first versions, which pickled numpy's random states, is not unpickled (it could run
+    code): the tool refuses it in one line that says what it is and what to do."""
+    torch.save({"format": 1, "rng": {"numpy": np.random.RandomState(0).get_state()}}, tmp_path / "old.pt")
+    done = tool(tmp_path, f"checkpoint={tmp_path / 'old.pt'}")
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "written by an older version of mbrl_offline" in done.stderr
+    assert "cannot be resumed, evaluated, exported or fine-tuned: start a new run_dir" in done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.pt"]
+
+
 @pytest.mark.parametrize("args, message", [
     ([], "error: give the checkpoint to export: checkpoint=runs/<run>/checkpoint.pt"),
     (["checkpoint=nothing.pt"], "error: checkpoint=nothing.pt: no such file; give a run's checkpoint.pt."),
