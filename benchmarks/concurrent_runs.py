@@ -168,10 +168,13 @@ def main() -> None:
     import torch
 
     from mbrl_offline.algorithms import ALGORITHMS
+    from mbrl_offline.data.sources import bundled_datasets
 
     unknown = [a for a in args.agents if a not in ALGORITHMS]
     if unknown:
         parser.error(f"unknown agents {unknown}; known: {', '.join(ALGORITHMS)}")
+    if args.dataset not in bundled_datasets():
+        parser.error(f"--dataset {args.dataset} is not a bundled dataset; choose one of {', '.join(bundled_datasets())}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("--device cuda: this machine has no CUDA GPU")
     name = (torch.cuda.get_device_name(torch.device(args.device)) if args.device.startswith("cuda")

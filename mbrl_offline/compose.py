@@ -100,6 +100,16 @@ def build_run(algo: str, dataset, algo_config=None, generator_config=None,
     generator_config.check_dataset(dataset, dynamics_path)  # e.g. enough rows for a model's fit, before anything
     torch.manual_seed(trainer_config.seed)
     generator = build_generator(generator_config, dataset, device, cache_dir, dynamics_path, trainer_config.progress)
-    parts = {"dynamics": generator.dynamics} if agent_cls.needs_dynamics else {}  # declared: `check_pair`
+    return assemble_run(agent_cls, algo_config, dataset, generator, trainer_config, device, callbacks)
+
+
+def assemble_run(agent_cls, algo_config, dataset, generator, trainer_config: TrainerConfig, device: torch.device,
+                 callbacks: Optional[list] = None, agent_state: Optional[dict] = None) -> Trainer:
+    """The last step of `build_run` and `mbrl_offline.finetune.build_finetune`: the agent for ``dataset``
+    (given the generator's dynamics model where its class declares it needs one: `check_pair`), its
+    weights and optimiser states from ``agent_state`` where given (a checkpoint's), and the `Trainer`."""
+    parts = {"dynamics": generator.dynamics} if agent_cls.needs_dynamics else {}
     agent = agent_cls.for_dataset(dataset, algo_config, device, **parts)
+    if agent_state is not None:
+        agent.load_state_dict(agent_state)
     return Trainer(agent, dataset, trainer_config, generator, callbacks)

@@ -108,11 +108,11 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
 
     from mbrl_offline.algorithms import get_algorithm
     from mbrl_offline.checkpoint import model_fingerprint, read_checkpoint, saved_settings
-    from mbrl_offline.compose import check_pair
+    from mbrl_offline.compose import assemble_run, check_pair
     from mbrl_offline.config import check_device, config_to_dataclass
     from mbrl_offline.errors import CheckpointError
     from mbrl_offline.generators import GENERATORS, build_generator
-    from mbrl_offline.trainer import Trainer, TrainerConfig
+    from mbrl_offline.trainer import TrainerConfig
 
     check_finetune_settings(data, model)
     checkpoint = Path(checkpoint)
@@ -138,10 +138,8 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
     else:
         generator_config.check_dataset(data_set, dynamics_path)
         generator = build_generator(generator_config, data_set, device, cache_dir, dynamics_path, trainer_config.progress)
-    parts = {"dynamics": generator.dynamics} if agent_cls.needs_dynamics else {}
-    agent = agent_cls.for_dataset(data_set, algo_config, device, **parts)
-    agent.load_state_dict(state["agent"])
-    trainer = Trainer(agent, data_set, trainer_config, generator, callbacks)
+    trainer = assemble_run(agent_cls, algo_config, data_set, generator, trainer_config, device, callbacks,
+                           agent_state=state["agent"])
     trainer.origin = {"finetuned_from": {"checkpoint": str(checkpoint), "epoch": state["epoch"],
                                          "dataset": dataset or state["dataset"]["source"], "data": data,
                                          "model": model if generator is not None else None}}

@@ -14,6 +14,10 @@ from typing import Optional, Sequence
 from mbrl_offline.errors import MbrlOfflineError, read_library_text
 from mbrl_offline.utils import atomic_write_bytes
 
+# What every run writes in its run_dir (the trainer's run.json and checkpoint, this module's metrics.jsonl);
+# the trackers' folders join them (`mbrl_offline.trainer.run_files`).
+RUN_FILES = ("run.json", "metrics.jsonl", "checkpoint.pt")
+
 
 class LogError(MbrlOfflineError, ValueError):
     """A run's log file (``metrics.jsonl``) that is damaged: truncated, not JSON, or with wrong types."""

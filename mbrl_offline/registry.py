@@ -161,7 +161,9 @@ def check_tracker_class(cls) -> None:
     for text in ("folder", "summary"):
         if not isinstance(getattr(cls, text, None), str) or not getattr(cls, text).strip():
             raise ConfigError(f"{where} needs a class attribute {text} (mbrl_offline.trackers.Tracker).")
-    if "/" in cls.folder or cls.folder in ("run.json", "metrics.jsonl", "checkpoint.pt"):
+    from mbrl_offline.logging import RUN_FILES
+
+    if "/" in cls.folder or cls.folder in RUN_FILES:
         raise ConfigError(f"{where}'s folder '{cls.folder}' must be one name of its own in the run folder.")
     if not (cls.package is None or isinstance(cls.package, str)):
         raise ConfigError(f"{where}'s package must be the module it imports, or None.")

@@ -61,14 +61,11 @@ from mbrl_offline.config import (check_field_types, config_argument, require_in_
 from mbrl_offline.data.dataset import dataset_env, require_dataset
 from mbrl_offline.errors import CheckpointError, ConfigError, InputTypeError, TrainingDiverged, type_name
 from mbrl_offline.evaluation import evaluate_policy
-from mbrl_offline.logging import RunLogger
+from mbrl_offline.logging import RUN_FILES, RunLogger
 from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.torch_files import save_plain
 from mbrl_offline.trackers import open_trackers, send_figures, tracker_config, tracker_folders
 from mbrl_offline.utils import missing_folders, atomic_write_bytes, progress_bar
-
-
-RUN_FILES = ("run.json", "metrics.jsonl", "checkpoint.pt")  # what every run writes in its run_dir
 
 
 def run_files() -> tuple[str, ...]:
