@@ -22,6 +22,7 @@ from mbrl_offline.config import CONFIG_DIR, check_device, config_argument
 from mbrl_offline.data.dataset import dataset_env
 from mbrl_offline.errors import InputTypeError, type_name
 from mbrl_offline.generators import GENERATORS, build_generator
+from mbrl_offline.online import check_online
 from mbrl_offline.pairing import check_pair  # the one judge of a pair, exported here
 from mbrl_offline.trainer import Trainer, TrainerConfig
 
@@ -96,6 +97,7 @@ def build_run(algo: str, dataset, algo_config=None, generator_config=None,
         generator_config = composed[1] if generator_config is None or choice is not None else generator_config
         trainer_config = trainer_config if trainer_config is not None else composed[2]
     check_pair(agent_cls, generator_config, algo_config)
+    check_online(trainer_config.online, agent_cls, generator_config)  # before a model is fitted
     device = check_device(device, "build_run's device")
     generator_config.check_dataset(dataset, dynamics_path)  # e.g. enough rows for a model's fit, before anything
     torch.manual_seed(trainer_config.seed)

@@ -126,6 +126,7 @@ class FinetuneSettings:
     dataset: Optional[str] = None
     data: str = "append"
     model: str = "refit"
+    online: bool = False
     device: str = "cpu"
     torch_threads: Optional[int] = None
     keep_freed_memory: bool = True

@@ -17,8 +17,12 @@ the run folder the caller's; the epoch count starts again at 0, and schedules ov
 (NEUBAY's cosine learning rates) run over the fine-tuning updates. The agent's own statistics of the data
 (TD3+BC's observation normalisation, ...) are the checkpoint's, as its networks were trained with them.
 
+With ``trainer_settings={"online": {"enabled": True}}`` (``online=true`` on the command line) the agent
+also acts in the real env during the run, each transition added to the real data after the offline rows
+(`mbrl_offline.online`: exploration, the offline ratio, the episodes, the records).
+
 ``run.json`` records where the run came from (``finetuned_from``: the checkpoint, its epoch, the data,
-its rule and the model rule), besides every setting. A fine-tuning run is an ordinary run: resume,
+its rule, the model rule and whether it ran online), besides every setting. A fine-tuning run is an ordinary run: resume,
 TensorBoard, trackers, reports and sweeps work on it.
 """
 from __future__ import annotations
@@ -103,7 +107,8 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
     """The `Trainer` that fine-tunes ``checkpoint``'s agent on ``dataset`` (a bundled name, a D4RL .hdf5
     file or a Minari id; None: the checkpoint's own data) by rule ``data`` (``append``, ``replace``), with its
     generator's model by rule ``model`` (``refit``, ``keep``), and the trainer settings ``trainer_settings``
-    (``{"run_dir": ..., "epochs": ...}``) over the checkpoint's. Call ``train()`` on it."""
+    (``{"run_dir": ..., "epochs": ..., "online": {"enabled": True}}``; a section's settings over the
+    checkpoint's section) over the checkpoint's. Call ``train()`` on it."""
     from dataclasses import asdict
 
     from mbrl_offline.algorithms import get_algorithm
@@ -112,6 +117,7 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
     from mbrl_offline.config import check_device, config_to_dataclass
     from mbrl_offline.errors import CheckpointError
     from mbrl_offline.generators import GENERATORS, build_generator
+    from mbrl_offline.online import check_online
     from mbrl_offline.trainer import TrainerConfig
 
     check_finetune_settings(data, model)
@@ -121,10 +127,13 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
     algo_config = saved_settings(config_cls, state["agent"]["config"], checkpoint, "algo")
     saved_generator = state.get("generator_config") or {"kind": "none"}
     generator_config = saved_settings(GENERATORS[saved_generator["kind"]][0], saved_generator, checkpoint, "generator")
-    trainer_config = config_to_dataclass(TrainerConfig, {**asdict(saved_settings(TrainerConfig, state["trainer_config"],
-                                                                                 checkpoint, "trainer")),
-                                                         **(trainer_settings or {})}, "trainer")
+    saved_trainer = asdict(saved_settings(TrainerConfig, state["trainer_config"], checkpoint, "trainer"))
+    given = dict(trainer_settings or {})
+    if isinstance(given.get("online"), dict):  # a section: the given settings over the checkpoint's
+        given["online"] = {**saved_trainer["online"], **given["online"]}
+    trainer_config = config_to_dataclass(TrainerConfig, {**saved_trainer, **given}, "trainer")
     check_pair(agent_cls, generator_config, algo_config)
+    check_online(trainer_config.online, agent_cls, generator_config)  # before a model is fitted
     device = check_device(device, "build_finetune's device")
     data_set, original = finetune_data(state, checkpoint, dataset, data, model)
     torch.manual_seed(trainer_config.seed)
@@ -142,7 +151,8 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
                            agent_state=state["agent"])
     trainer.origin = {"finetuned_from": {"checkpoint": str(checkpoint), "epoch": state["epoch"],
                                          "dataset": dataset or state["dataset"]["source"], "data": data,
-                                         "model": model if generator is not None else None}}
+                                         "model": model if generator is not None else None,
+                                         "online": trainer.online is not None}}
     return trainer
 
 

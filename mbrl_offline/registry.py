@@ -83,8 +83,10 @@ def check_agent_class(cls) -> None:
                    "load_state_dict"):
         if not callable(getattr(cls, method, None)):
             raise ConfigError(f"{where} needs a method {method} (mbrl_offline.roles.AgentClass and Agent).")
-    if not isinstance(getattr(cls, "provides_value", False), bool):
-        raise ConfigError(f"{where}'s provides_value must be True or False (mbrl_offline.roles.AgentClass).")
+    for flag in ("provides_value", "deterministic_policy", "on_policy"):
+        value = getattr(cls, flag, False)
+        if not (isinstance(value, bool) or (flag == "deterministic_policy" and isinstance(value, property))):
+            raise ConfigError(f"{where}'s {flag} must be True or False (mbrl_offline.roles.AgentClass).")
     if getattr(cls, "provides_value", False):
         for method in ("mode", "q_value"):
             if not callable(getattr(cls, method, None)):

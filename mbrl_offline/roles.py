@@ -268,6 +268,11 @@ class AgentClass(Protocol):
       (`mbrl_offline.buffer.Mixing`), so that the trainer generates before every update and the batch
       is that generation; a generator whose learner needs its rows grouped into paths labels them
       (``path`` and ``step`` fields, e.g. `mbrl_offline.generators.rollouts.RolloutConfig.label_paths`).
+    - ``deterministic_policy`` (optional, read as False; a class attribute, or a property where the
+      settings decide it, as IQL's ``deterministic_actor`` does): whether its policy is deterministic,
+      with no distribution to sample (TD3+BC). Online interaction (`mbrl_offline.online`) then explores
+      with Gaussian noise on its actions; an agent whose policy samples explores with its samples
+      (``act(obs, deterministic=False)``).
     - ``published_generator()``: the generator config it was published with (``generator=`` unset).
     - ``for_dataset(dataset, config=None, device="cpu", **parts)``: the agent for a dataset's env (sizes,
       action bounds, and whatever it takes from the data: IQL's reward scale, TD3+BC's state

@@ -33,7 +33,8 @@ checkpoint) or ``overwrite=True`` (delete those files and start afresh; ``overwr
 A checkpoint holds the agent (weights, optimisers, config), the generator's settings and state, the
 synthetic buffer, every random-number state and the epoch, so ``resume=True`` continues exactly as if
 the run had not stopped (same device and thread count). The real buffer is rebuilt from the dataset,
-whose fingerprint must match. The update at which the generator runs next is saved too
+whose fingerprint must match, and the rows of online interaction (``trainer.online``, `mbrl_offline.online`)
+come back from the checkpoint. The update at which the generator runs next is saved too
 (``next_generation``; checkpoints from before it existed derive it from ``every``). It holds tensors and plain data only and is read with ``weights_only=True``
 (`mbrl_offline.checkpoint`), so loading a checkpoint someone shares runs no code.
 """
@@ -62,6 +63,7 @@ from mbrl_offline.data.dataset import dataset_env, require_dataset
 from mbrl_offline.errors import CheckpointError, ConfigError, InputTypeError, TrainingDiverged, type_name
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RUN_FILES, RunLogger
+from mbrl_offline.online import MixedRealBuffer, OnlineConfig, OnlineInteraction, check_online, online_steps
 from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.torch_files import save_plain
 from mbrl_offline.trackers import open_trackers, send_figures, tracker_config, tracker_folders
@@ -123,6 +125,9 @@ class TrainerConfig:
     # One more experiment tracker (`mbrl_offline.trackers`) with its settings: {"name": "none"}, or e.g.
     # logger=wandb on the command line (mbrl_offline/configs/logger/wandb.yaml: Weights & Biases, offline).
     logger: dict = field(default_factory=lambda: {"name": "none"})
+    # Acting in the real env during training (offline-to-online fine-tuning; `mbrl_offline.online`):
+    # trainer.online.enabled=true, or online=true with mbrl-finetune.
+    online: OnlineConfig = field(default_factory=OnlineConfig)
     progress: bool = True
 
     def __post_init__(self):
@@ -158,8 +163,16 @@ class Trainer:
         self.checkpoint_path = self.run_dir / "checkpoint.pt"
         self._model_fingerprint: Optional[str] = None  # the generator model's (`_generator_model`), once
         self.consumes = agent.consumes
-        self.real = TransitionBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
-        self.real.add_dataset(dataset)  # every real row, which generators start from
+        online = config.online
+        check_online(online, type(agent), generator.config if generator is not None else None)
+        capacity = len(dataset) + online_steps(online, config.epochs * config.updates_per_epoch)
+        self.real = (TransitionBuffer(capacity, dataset.obs_dim, dataset.act_dim, self.device)
+                     if not online.enabled or online.offline_ratio is None else
+                     MixedRealBuffer(capacity, dataset.obs_dim, dataset.act_dim, self.device, online.offline_ratio))
+        self.real.add_dataset(dataset)  # every real row, which generators start from; online rows follow
+        self.online = (OnlineInteraction(online, agent, self.env, self.real, config.seed,
+                                         bool(getattr(agent, "deterministic_policy", False)))
+                       if online.enabled else None)
         self.real_sequences = None  # the dataset's episodes, for an agent of sequences
         if self.consumes == "sequences":
             self.real_sequences = SequenceBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
@@ -339,7 +352,15 @@ class Trainer:
         sums: dict[str, torch.Tensor] = {}
         update_seconds = 0.0
         first = self.epoch * cfg.updates_per_epoch
+        online_seconds = 0.0
+        if self.online is not None:
+            self.online.start_epoch(self.epoch)
         for step in range(first, first + cfg.updates_per_epoch):
+            if self.online is not None:
+                start = time.perf_counter()
+                for _ in range(cfg.online.steps_per_update):
+                    self.online.step()
+                online_seconds += time.perf_counter() - start
             if self.next_generation is not None and step >= self.next_generation:
                 self._generate(record, step)
             start = time.perf_counter()
@@ -353,6 +374,9 @@ class Trainer:
             bar.update(1)
         record["train"] = {k: v.item() / cfg.updates_per_epoch for k, v in sums.items()}
         record["speed"]["updates_per_s"] = cfg.updates_per_epoch / update_seconds
+        if self.online is not None:
+            record["online"] = self.online.end_epoch()
+            record["speed"]["env_steps_per_s"] = cfg.updates_per_epoch * cfg.online.steps_per_update / online_seconds
         return record
 
     def _check_divergence(self, metrics: dict[str, float]) -> None:
@@ -400,11 +424,20 @@ class Trainer:
             "next_generation": self.next_generation,
             "trainer_config": asdict(self.config),
             "dataset": {"source": str(self.dataset.source), "fingerprint": self.dataset.fingerprint()},
+            "online": self._online_state(),
             "history": self.history,
             "rng": {"trainer": self.rng.get_state(), "torch": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
                     "numpy": numpy_rng_state(), "python": python_rng_state()},
         }, path)
+
+    def _online_state(self) -> Optional[dict]:
+        """With online interaction: its counters and noise stream, and the online rows of the real buffer
+        (those after the offline data)."""
+        if self.online is None:
+            return None
+        n, size = len(self.dataset), len(self.real)
+        return {"state": self.online.state_dict(), "rows": {k: v[n:size].cpu() for k, v in self.real.data.items()}}
 
     def _generator_state(self) -> Optional[dict]:
         """The generator's checkpoint section, by one rule for every generator (`mbrl_offline.roles.GeneratorClass`):
@@ -452,6 +485,16 @@ class Trainer:
                                       f"(dynamics_path=), or choose another run_dir.")
             self.generator.load_state_dict(saved["state"])
             self.synthetic.load_state_dict(state["synthetic_buffer"])
+        saved_online = state.get("online")  # None: an offline run, or one from before online interaction
+        if (saved_online is None) != (self.online is None):
+            raise CheckpointError(f"{path} was trained {'with' if saved_online else 'without'} online interaction; "
+                                  f"resume with the same trainer.online settings or choose another run_dir.")
+        if self.online is not None:
+            if len(saved_online["rows"]["rewards"]) > self.real.capacity - len(self.real):
+                raise CheckpointError(f"{path} holds more online rows than this run's schedule makes room for; resume "
+                                      f"with the same trainer.epochs, updates_per_epoch and online settings.")
+            self.real.add(**saved_online["rows"])
+            self.online.load_state_dict(saved_online["state"])
         self.epoch, self.history = state["epoch"], state["history"]
         if self.generator is not None:
             self.next_generation = (state["next_generation"] if "next_generation" in state else

@@ -57,7 +57,7 @@ def test_append_replace_refit_and_keep(trained, tmp_path):
         trainer.train()
         info = json.loads((tmp_path / f"{data}-{model}" / "run.json").read_text())
         assert info["finetuned_from"] == {"checkpoint": str(checkpoint), "epoch": 1, "dataset": "pendulum-medium",
-                                          "data": data, "model": model}
+                                          "data": data, "model": model, "online": False}
         assert info["agent"] == json.loads((trained / "run" / "run.json").read_text())["agent"]
     assert info["dataset"] == "bundled:pendulum-medium"
     assert models["replace", "keep"] == state["generator"]["model"] != models["replace", "refit"]
@@ -135,16 +135,20 @@ def test_bad_input_is_one_line_before_anything_is_written(trained, tmp_path, set
 
 def test_the_tool_takes_every_trainer_setting():
     """finetune.yaml's trainer node names every TrainerConfig field (null: the checkpoint's), except the
-    nested CDSA settings (the checkpoint's) and the tracker (logger=NAME)."""
+    nested CDSA settings (the checkpoint's) and the tracker (logger=NAME); its online section names every
+    OnlineConfig field but enabled (online=true)."""
     import dataclasses
 
     import yaml
 
     from mbrl_offline.config import CONFIG_DIR
+    from mbrl_offline.online import OnlineConfig
 
     node = yaml.safe_load((Path(CONFIG_DIR) / "finetune.yaml").read_text())["trainer"]
     assert set(node) == {f.name for f in dataclasses.fields(TrainerConfig)} - {"cdsa", "logger"}
-    assert all(value is None for value in node.values())
+    online = node.pop("online")
+    assert set(online) == {f.name for f in dataclasses.fields(OnlineConfig)} - {"enabled"}
+    assert all(value is None for value in [*node.values(), *online.values()])
 
 
 def test_python_refusals_name_the_fix(trained):

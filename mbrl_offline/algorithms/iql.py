@@ -117,6 +117,11 @@ class IQL(CriticValue, FeedForwardAgent):
     config_class = IQLConfig
     published_generator = staticmethod(model_free.published_generator)
 
+    @property
+    def deterministic_policy(self) -> bool:
+        """With ``deterministic_actor`` the policy has no distribution: online interaction adds noise."""
+        return self.config.deterministic_actor
+
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,
                  config: Optional[IQLConfig] = None, device: str | torch.device = "cpu"):
         config = config_argument(config, type(self).config_class, f"{type(self).__name__}'s config")

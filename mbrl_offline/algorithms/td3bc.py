@@ -95,6 +95,7 @@ class TD3BC(CriticValue, FeedForwardAgent):
     summary = "TD3 whose actor loss adds behaviour cloning"  # what it is, for the docs' tables
     defaults_from = "CORL's `td3_bc.py`"  # the code its defaults come from
     config_class = TD3BCConfig
+    deterministic_policy = True  # online interaction explores with Gaussian noise on its actions (mbrl_offline.online)
     published_generator = staticmethod(model_free.published_generator)
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,

@@ -4,7 +4,8 @@ Trains the checkpoint's agent further (its weights, optimiser states and setting
 (``trainer.run_dir``; by default the checkpoint's folder with ``-finetune`` after its name), on
 ``data=append`` (the default: the checkpoint's own dataset with the rows of ``dataset=`` after it) or
 ``data=replace`` (``dataset=`` alone). ``dataset=`` is a bundled name, a D4RL .hdf5 file or a Minari id,
-of the checkpoint's env and widths. The agent's generator keeps its settings; its model is fitted on the
+of the checkpoint's env and widths. ``online=true`` also has the agent act in the real env, each step's
+transition added to the real data (``trainer.online.*``: mbrl_offline/online.py). The agent's generator keeps its settings; its model is fitted on the
 fine-tuning data (``model=refit``, the default) or is the checkpoint's (``model=keep``). ``trainer.*``
 settings left null keep the checkpoint's (``trainer.epochs=``: the fine-tuning run's epochs, from 0).
 ``run.json`` records the checkpoint, the data and the rules (``finetuned_from``). The run folder is an
@@ -26,6 +27,17 @@ def run_dir_of(cfg) -> Path:
         return Path(cfg.trainer.run_dir)
     folder = Path(cfg.checkpoint).resolve().parent
     return folder.with_name(folder.name + "-finetune")
+
+
+def given_settings(settings: dict) -> dict:
+    """The trainer settings given on the command line: those not null, sections (``online``) likewise."""
+    given = {}
+    for key, value in settings.items():
+        if isinstance(value, dict):
+            value = given_settings(value)
+        if value is not None and value != {}:
+            given[key] = value
+    return given
 
 
 def check(cfg) -> Path:
@@ -60,8 +72,10 @@ def main(argv: list[str]) -> None:
 
     cfg = tool_config(argv, __doc__, CONFIG_DIR, "finetune")
     run_dir = check(cfg)
-    settings = {k: v for k, v in OmegaConf.to_container(cfg.trainer, resolve=True).items() if v is not None}
+    settings = given_settings(OmegaConf.to_container(cfg.trainer, resolve=True))
     settings["run_dir"] = str(run_dir)
+    if cfg.online:
+        settings["online"] = {**settings.get("online", {}), "enabled": True}
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     if cfg.keep_freed_memory and torch.device(cfg.device).type == "cpu":
@@ -71,7 +85,8 @@ def main(argv: list[str]) -> None:
     origin = trainer.origin["finetuned_from"]
     print(f"fine-tuning {trainer.agent.name} from {cfg.checkpoint} (epoch {origin['epoch']}) on {trainer.dataset.source} "
           f"({len(trainer.dataset)} transitions; data={cfg.data}"
-          + (f", model={cfg.model}" if trainer.generator is not None else "") + f"); run folder {run_dir}", flush=True)
+          + (f", model={cfg.model}" if trainer.generator is not None else "")
+          + (", online" if trainer.online is not None else "") + f"); run folder {run_dir}", flush=True)
     summary = trainer.train(resume=cfg.resume, overwrite=cfg.overwrite)
     print(f"final normalised score {summary['final_score']:.1f} (return {summary['final_return']:.1f}); "
           f"mean of the last {min(10, summary['evaluations'])} evaluations {summary['last10_score']:.1f}")

@@ -1,0 +1,192 @@
+"""Online interaction during training (``trainer.online.enabled=true``; ``mbrl-finetune ... online=true``):
+offline-to-online fine-tuning, in which the agent also acts in the real env and learns from what it sees.
+
+Before each update the trainer takes ``steps_per_update`` steps in the real env with the agent's
+exploration policy (`OnlineInteraction.step`), and adds each transition to the real buffer, after the
+offline rows: the agent's own update then learns from both, and a generator starts its rollouts from
+both (an agent of the SAC family keeps generating from its dynamics model, as MBPO does; the model itself
+is the one fitted on the offline data). How a batch draws its real rows:
+
+- ``offline_ratio`` None (the default): offline and online rows pooled and drawn uniformly, one buffer
+  for both, as CORL's fine-tuning scripts do;
+- ``offline_ratio`` r: a share r of each batch's real rows from the offline data and the rest from the
+  online rows once there are any (RLPD's symmetric sampling is r = 0.5) (`MixedRealBuffer`).
+
+Exploration: an agent whose policy samples (the SAC family, IQL's Gaussian actor) acts with samples,
+``act(obs, deterministic=False)``; an agent whose policy is deterministic (``AgentClass.deterministic_policy``:
+TD3+BC) acts with its action plus Gaussian noise of std ``exploration_noise`` times half the action
+range, clipped to the action bounds, as TD3's exploration does.
+
+Episodes: each epoch starts a fresh episode, its reset seed drawn from the run seed and the epoch, and an
+episode still running when the epoch ends is cut there (its last transition stored as a timeout, as a
+time limit would). So a checkpoint, taken at an epoch's end, holds every online row and nothing of a
+half-run episode, and ``resume=true`` continues exactly (same device and threads). With
+``updates_per_epoch`` x ``steps_per_update`` at or above the env's time limit (1000 steps on MuJoCo),
+the cut falls at most once per epoch and shortens at most one episode.
+
+Each epoch's record (``metrics.jsonl``, the trackers) has an ``online`` group: ``env_steps`` (all so far),
+``episodes`` (finished, all so far) and ``return_mean`` / ``normalized_score`` of the episodes finished in
+the epoch (NaN where none finished). Agents of sequences (NEUBAY) are not supported yet: they learn from
+whole episodes of the real data, and their online episodes would need a sequence buffer that grows; the
+trainer refuses them in one line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from mbrl_offline.buffer import TransitionBuffer
+from mbrl_offline.config import check_field_types, require_fraction, require_nonnegative, require_positive
+from mbrl_offline.errors import ConfigError
+
+
+@dataclass
+class OnlineConfig:
+    enabled: bool = False  # act in the real env during training (offline-to-online fine-tuning)
+    steps_per_update: int = 1  # real env steps before each update (one step, one update: CORL's fine-tuning loops)
+    exploration_noise: float = 0.1  # a deterministic policy's Gaussian noise, in half action ranges (TD3's 0.1)
+    offline_ratio: Optional[float] = None  # share of a batch's real rows from the offline data; None: pooled, uniform
+    max_episode_steps: Optional[int] = None  # the online episodes' time limit; None: the env's own
+
+    def __post_init__(self):
+        check_field_types(self, "trainer.online")
+        require_positive(self, "steps_per_update", "max_episode_steps", section="trainer.online")
+        require_nonnegative(self, "exploration_noise", section="trainer.online")
+        require_fraction(self, "offline_ratio", section="trainer.online")
+
+
+def check_online(config: OnlineConfig, agent_cls, generator_config) -> None:
+    """Refuse in one line, from the settings alone (before a model is fitted or a file written), what
+    online interaction cannot do with this agent class and generator config (None: no generator)."""
+    if not config.enabled:
+        return
+    if agent_cls.consumes == "sequences":
+        raise ConfigError(f"trainer.online.enabled=true: {agent_cls.name} learns from whole episodes, and online "
+                          f"interaction supports agents of transitions only so far; train {agent_cls.name} offline.")
+    rule = getattr(getattr(generator_config, "mixing", None), "rule", None)
+    if config.offline_ratio is not None and rule == "weights" and getattr(generator_config, "kind", "none") != "none":
+        raise ConfigError("trainer.online.offline_ratio sets the share of offline rows among a batch's real rows, "
+                          "and generator.mixing.rule=weights draws from the real and synthetic rows pooled; "
+                          "leave trainer.online.offline_ratio null or use the fraction or counts rule.")
+
+
+def online_steps(config: OnlineConfig, updates: int) -> int:
+    """Real env steps a run of ``updates`` updates takes (0 with online interaction off)."""
+    return config.steps_per_update * updates if config.enabled else 0
+
+
+class MixedRealBuffer(TransitionBuffer):
+    """The real buffer of a run with online interaction and an ``offline_ratio``: rows ``[0, offline)``
+    are the offline data, the rows after them the online ones; ``sample`` draws ``round(ratio * n)`` rows
+    uniformly from the offline rows and the rest uniformly from the online rows (all offline while there
+    are none)."""
+
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, device, offline_ratio: float):
+        super().__init__(capacity, obs_dim, act_dim, device)
+        self.offline_ratio = offline_ratio
+        self.offline = 0  # offline rows, set once the dataset is added
+
+    def add_dataset(self, dataset) -> None:
+        super().add_dataset(dataset)
+        self.offline = self.size
+
+    def sample(self, batch_size: int, generator: Optional[torch.Generator] = None) -> dict[str, torch.Tensor]:
+        online = self.size - self.offline
+        if online == 0:
+            return super().sample(batch_size, generator)
+        n_offline = int(round(self.offline_ratio * batch_size))
+        index = torch.cat([
+            torch.randint(0, self.offline, (n_offline,), device=self.device, generator=generator),
+            torch.randint(self.offline, self.size, (batch_size - n_offline,), device=self.device, generator=generator)])
+        return self.rows(index)
+
+
+class OnlineInteraction:
+    """The agent's steps in the real env during training (see the module docstring). ``buffer``: the run's
+    real buffer, with room for every online row after the offline ones."""
+
+    def __init__(self, config: OnlineConfig, agent, env_info, buffer: TransitionBuffer, seed: int,
+                 deterministic_policy: bool):
+        self.config, self.agent, self.env_info, self.buffer = config, agent, env_info, buffer
+        self.seed, self.deterministic_policy = seed, deterministic_policy
+        kwargs = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
+        try:
+            self.env = env_info.make(**kwargs)
+        except Exception as exc:  # a missing simulator (MuJoCo), or an env Gymnasium does not know
+            raise ConfigError(f"trainer.online.enabled=true needs the {env_info.name} env ({env_info.gym_id}), which "
+                              f"cannot be simulated here ({type(exc).__name__}: {exc}); install its simulator "
+                              f"(pip install 'gymnasium[mujoco]') or train offline.") from None
+        self.low = self.env.action_space.low.astype(np.float32)
+        self.high = self.env.action_space.high.astype(np.float32)
+        self.env_steps = 0
+        self.episodes = 0
+        self.noise = np.random.default_rng(np.random.SeedSequence([seed, 7]))  # exploration noise: its own stream
+        self.obs: Optional[np.ndarray] = None
+        self.episode_return = 0.0
+        self.finished: list[float] = []  # returns of the episodes finished in this epoch
+
+    def start_epoch(self, epoch: int) -> None:
+        """A fresh episode, reset with a seed of the run seed and the epoch."""
+        reset_seed = int(np.random.SeedSequence([self.seed, epoch, 11]).generate_state(1)[0] % 2**31)
+        self.obs, _ = self.env.reset(seed=reset_seed)
+        self.obs = np.asarray(self.obs, dtype=np.float32)
+        self.episode_return = 0.0
+        self.finished = []
+
+    def action(self) -> np.ndarray:
+        if not self.deterministic_policy:
+            return np.asarray(self.agent.act(self.obs, deterministic=False), dtype=np.float32)
+        action = np.asarray(self.agent.act(self.obs, deterministic=True), dtype=np.float32)
+        noise = self.noise.normal(0.0, self.config.exploration_noise, size=action.shape).astype(np.float32)
+        return np.clip(action + noise * (self.high - self.low) / 2, self.low, self.high)
+
+    def step(self) -> None:
+        """One env step: the transition goes to the real buffer; a finished episode starts the next."""
+        action = self.action()
+        next_obs, reward, terminated, truncated, _ = self.env.step(action)
+        next_obs = np.asarray(next_obs, dtype=np.float32)
+        self.buffer.add(single=True, observations=self.obs, actions=action, rewards=np.float32(reward),
+                        next_observations=next_obs, terminals=bool(terminated), timeouts=bool(truncated))
+        self.env_steps += 1
+        self.episode_return += float(reward)
+        if terminated or truncated:
+            self.episodes += 1
+            self.finished.append(self.episode_return)
+            self.episode_return = 0.0
+            reset_seed = int(np.random.SeedSequence([self.seed, self.episodes, 13]).generate_state(1)[0] % 2**31)
+            next_obs, _ = self.env.reset(seed=reset_seed)
+            next_obs = np.asarray(next_obs, dtype=np.float32)
+        self.obs = next_obs
+
+    def end_epoch(self) -> dict[str, float]:
+        """Cut a running episode (its last transition becomes a timeout); the epoch's ``online`` record."""
+        if not self._last_row_ended():
+            last = (self.buffer.cursor - 1) % self.buffer.capacity
+            self.buffer.data["timeouts"][last] = True
+        returns = np.asarray(self.finished, dtype=np.float64)
+        return {"env_steps": float(self.env_steps), "episodes": float(self.episodes),
+                "episodes_in_epoch": float(len(returns)),
+                "return_mean": float(returns.mean()) if len(returns) else float("nan"),
+                "normalized_score": float(self.env_info.normalized_score(returns).mean()) if len(returns)
+                else float("nan")}
+
+    def _last_row_ended(self) -> bool:
+        last = (self.buffer.cursor - 1) % self.buffer.capacity
+        return bool(self.buffer.data["terminals"][last] or self.buffer.data["timeouts"][last])
+
+    def state_dict(self) -> dict:
+        return {"env_steps": self.env_steps, "episodes": self.episodes,
+                "noise": self.noise.bit_generator.state}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.env_steps, self.episodes = int(state["env_steps"]), int(state["episodes"])
+        self.noise.bit_generator.state = state["noise"]
+
+    def close(self) -> None:
+        self.env.close()
+
+
+__all__ = ["OnlineConfig", "OnlineInteraction", "MixedRealBuffer", "check_online", "online_steps"]
