@@ -21,6 +21,7 @@ from mbrl_offline.collect import CollectConfig, collect
 from mbrl_offline.config import CONFIG_DIR, check_device, check_writable_dir
 from mbrl_offline.errors import CheckpointError, ConfigError, DatasetError
 from mbrl_offline.adjust import CDSAConfig
+from mbrl_offline.online import OnlineConfig
 from mbrl_offline.generators import RolloutConfig, RolloutGeneratorConfig, UPMPCConfig
 from mbrl_offline.models.refiner import RefinerConfig
 from mbrl_offline.models.dynamics import DynamicsConfig
@@ -119,6 +120,8 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (CDSAConfig, "weight", -0.1), (CDSAConfig, "score_width", 0), (CDSAConfig, "score_blocks", 0),
     (CDSAConfig, "score_steps", 0), (CDSAConfig, "inverse_hidden", 0), (CDSAConfig, "inverse_layers", 0),
     (CDSAConfig, "inverse_updates", 0), (CDSAConfig, "seed", -1),
+    (OnlineConfig, "steps_per_update", 0), (OnlineConfig, "exploration_noise", -0.1),
+    (OnlineConfig, "offline_ratio", 1.5), (OnlineConfig, "offline_ratio", NAN), (OnlineConfig, "max_episode_steps", 0),
 ]
 # Settings any value of their type suits (free text checked where it is used, or nested configs,
 # which have their own rows); bool fields need no range (their type is checked when a config is read).
@@ -130,6 +133,7 @@ ANY_VALUE = {(SweepConfig, "storage"), (SweepConfig, "study_name"), (SweepConfig
              (PosteriorGeneratorConfig, "posterior"),
              (PosteriorGeneratorConfig, "dynamics"), (PosteriorGeneratorConfig, "mixing"),
              (RolloutConfig, "refiner"), (PosteriorConfig, "refiner"), (TrainerConfig, "cdsa"),  # their own rows
+             (TrainerConfig, "online"),
              (CDSAConfig, "dynamics"),
              # W&B's own names, checked by W&B when the run starts (one line: mbrl_offline.trackers.wandb)
              (WandbConfig, "entity"), (WandbConfig, "group"), (WandbConfig, "tags"), (WandbConfig, "run_name")}
