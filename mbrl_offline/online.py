@@ -128,11 +128,14 @@ class OnlineInteraction:
         self.episode_return = 0.0
         self.finished: list[float] = []  # returns of the episodes finished in this epoch
 
+    def _reset(self, *key: int) -> np.ndarray:
+        """The first observation of an episode reset with a seed drawn from the run seed and ``key``."""
+        reset_seed = int(np.random.SeedSequence([self.seed, *key]).generate_state(1)[0] % 2**31)
+        return np.asarray(self.env.reset(seed=reset_seed)[0], dtype=np.float32)
+
     def start_epoch(self, epoch: int) -> None:
         """A fresh episode, reset with a seed of the run seed and the epoch."""
-        reset_seed = int(np.random.SeedSequence([self.seed, epoch, 11]).generate_state(1)[0] % 2**31)
-        self.obs, _ = self.env.reset(seed=reset_seed)
-        self.obs = np.asarray(self.obs, dtype=np.float32)
+        self.obs = self._reset(epoch, 11)
         self.episode_return = 0.0
         self.finished = []
 
@@ -156,15 +159,13 @@ class OnlineInteraction:
             self.episodes += 1
             self.finished.append(self.episode_return)
             self.episode_return = 0.0
-            reset_seed = int(np.random.SeedSequence([self.seed, self.episodes, 13]).generate_state(1)[0] % 2**31)
-            next_obs, _ = self.env.reset(seed=reset_seed)
-            next_obs = np.asarray(next_obs, dtype=np.float32)
+            next_obs = self._reset(self.episodes, 13)
         self.obs = next_obs
 
     def end_epoch(self) -> dict[str, float]:
         """Cut a running episode (its last transition becomes a timeout); the epoch's ``online`` record."""
-        if not self._last_row_ended():
-            last = (self.buffer.cursor - 1) % self.buffer.capacity
+        last = (self.buffer.cursor - 1) % self.buffer.capacity  # the newest online row
+        if not (self.buffer.data["terminals"][last] or self.buffer.data["timeouts"][last]):
             self.buffer.data["timeouts"][last] = True
         returns = np.asarray(self.finished, dtype=np.float64)
         return {"env_steps": float(self.env_steps), "episodes": float(self.episodes),
@@ -173,10 +174,6 @@ class OnlineInteraction:
                 "normalized_score": float(self.env_info.normalized_score(returns).mean()) if len(returns)
                 else float("nan")}
 
-    def _last_row_ended(self) -> bool:
-        last = (self.buffer.cursor - 1) % self.buffer.capacity
-        return bool(self.buffer.data["terminals"][last] or self.buffer.data["timeouts"][last])
-
     def state_dict(self) -> dict:
         return {"env_steps": self.env_steps, "episodes": self.episodes,
                 "noise": self.noise.bit_generator.state}
@@ -184,9 +181,6 @@ class OnlineInteraction:
     def load_state_dict(self, state: dict) -> None:
         self.env_steps, self.episodes = int(state["env_steps"]), int(state["episodes"])
         self.noise.bit_generator.state = state["noise"]
-
-    def close(self) -> None:
-        self.env.close()
 
 
 __all__ = ["OnlineConfig", "OnlineInteraction", "MixedRealBuffer", "check_online", "online_steps"]
