@@ -11,7 +11,9 @@ The new data must be of the checkpoint's env, with its observation and action wi
 generator keeps its settings; its model is, with ``model="refit"`` (the default), fitted on the
 fine-tuning data (or loaded from the cache where that data's model was fitted before), or, with
 ``model="keep"``, the checkpoint's own model (from the cache or ``dynamics_path``; its fingerprint must
-match the checkpoint's). The synthetic buffer starts empty and is filled by the first generation, as at
+match the checkpoint's) with the generator's state as the checkpoint's run ended (its ``state_dict``: a
+model refitted during online fine-tuning, RAMBO's adversarially trained copy, MOReL's halt threshold,
+PGD's generation count). The synthetic buffer starts empty and is filled by the first generation, as at
 the start of any run. The trainer's settings are the checkpoint's, with ``trainer_settings`` over them and
 the run folder the caller's; the epoch count starts again at 0, and schedules over the run's updates
 (NEUBAY's cosine learning rates) run over the fine-tuning updates. The agent's own statistics of the data
@@ -34,9 +36,10 @@ import torch
 
 DATA_RULES = ("append", "replace")
 MODEL_RULES = ("refit", "keep")
+PENALTY_RULES = ("keep", "off")
 
 
-def check_finetune_settings(data: str, model: str) -> None:
+def check_finetune_settings(data: str, model: str, penalty: str = "keep") -> None:
     from mbrl_offline.errors import ConfigError
 
     if data not in DATA_RULES:
@@ -45,6 +48,32 @@ def check_finetune_settings(data: str, model: str) -> None:
     if model not in MODEL_RULES:
         raise ConfigError(f"model={model}: the model rules are refit (fit the generator's model on the fine-tuning "
                           f"data) and keep (the checkpoint's model).")
+    if penalty not in PENALTY_RULES:
+        raise ConfigError(f"penalty={penalty}: the penalty rules are keep (the checkpoint's settings) and off (the "
+                          f"agent's and the generator's conservatism turned off).")
+
+
+def without_penalty(agent_cls, algo_config, generator_config):
+    """``penalty=off``: the agent's settings with its ``penalty_off`` values (`mbrl_offline.roles.AgentClass`)
+    and the generator's `without_penalty` settings; returns both and the names of the settings changed."""
+    from dataclasses import asdict, replace
+
+    agent_off = replace(algo_config, **getattr(agent_cls, "penalty_off", {}))
+    generator_off = generator_config.without_penalty()
+    changed = [f"algo.{k}" for k, v in asdict(agent_off).items() if asdict(algo_config)[k] != v]
+    changed += [f"generator.{k}" for k in _changed(asdict(generator_config), asdict(generator_off))]
+    return agent_off, generator_off, changed
+
+
+def _changed(before: dict, after: dict) -> list[str]:
+    """The dotted names of the leaves that differ between two nested dicts of the same keys."""
+    names = []
+    for key, value in after.items():
+        if isinstance(value, dict):
+            names += [f"{key}.{name}" for name in _changed(before[key], value)]
+        elif before[key] != value:
+            names.append(key)
+    return names
 
 
 def concatenate(first, second, source: str):
@@ -103,12 +132,13 @@ def finetune_data(state: dict, checkpoint: Path, dataset: Optional[str], data: s
 def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: str = "append", model: str = "refit",
                    trainer_settings: Optional[dict] = None, device: str | torch.device = "cpu",
                    cache_dir: Optional[str | Path] = None, dynamics_path: Optional[str | Path] = None,
-                   callbacks: Optional[list] = None):
+                   callbacks: Optional[list] = None, penalty: str = "keep"):
     """The `Trainer` that fine-tunes ``checkpoint``'s agent on ``dataset`` (a bundled name, a D4RL .hdf5
     file or a Minari id; None: the checkpoint's own data) by rule ``data`` (``append``, ``replace``), with its
     generator's model by rule ``model`` (``refit``, ``keep``), and the trainer settings ``trainer_settings``
     (``{"run_dir": ..., "epochs": ..., "online": {"enabled": True}}``; a section's settings over the
-    checkpoint's section) over the checkpoint's. Call ``train()`` on it."""
+    checkpoint's section) over the checkpoint's, and the agent's and the generator's conservatism kept
+    (``penalty="keep"``) or turned off (``"off"``, `without_penalty`). Call ``train()`` on it."""
     from dataclasses import asdict
 
     from mbrl_offline.algorithms import get_algorithm
@@ -120,7 +150,7 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
     from mbrl_offline.online import check_online
     from mbrl_offline.trainer import TrainerConfig
 
-    check_finetune_settings(data, model)
+    check_finetune_settings(data, model, penalty)
     checkpoint = Path(checkpoint)
     state = read_checkpoint(checkpoint)
     agent_cls, config_cls = get_algorithm(state["algorithm"])
@@ -132,6 +162,9 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
     if isinstance(given.get("online"), dict):  # a section: the given settings over the checkpoint's
         given["online"] = {**saved_trainer["online"], **given["online"]}
     trainer_config = config_to_dataclass(TrainerConfig, {**saved_trainer, **given}, "trainer")
+    changed = []
+    if penalty == "off":
+        algo_config, generator_config, changed = without_penalty(agent_cls, algo_config, generator_config)
     check_pair(agent_cls, generator_config, algo_config)
     check_online(trainer_config.online, agent_cls, generator_config)  # before a model is fitted
     device = check_device(device, "build_finetune's device")
@@ -144,6 +177,7 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
             raise CheckpointError(f"model=keep: the {generator_config.kind} model found (cache or dynamics_path) is not "
                                   f"the one {checkpoint} was trained with; give that model with dynamics_path=, or "
                                   f"use model=refit.")
+        generator.load_state_dict(state["generator"]["state"])  # the generator as the checkpoint's run ended
     else:
         generator_config.check_dataset(data_set, dynamics_path)
         generator = build_generator(generator_config, data_set, device, cache_dir, dynamics_path, trainer_config.progress)
@@ -152,8 +186,10 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
     trainer.origin = {"finetuned_from": {"checkpoint": str(checkpoint), "epoch": state["epoch"],
                                          "dataset": dataset or state["dataset"]["source"], "data": data,
                                          "model": model if generator is not None else None,
-                                         "online": trainer.online is not None}}
+                                         "online": trainer.online is not None, "penalty": penalty,
+                                         "penalty_off": changed}}
     return trainer
 
 
-__all__ = ["build_finetune", "concatenate", "check_finetune_settings", "DATA_RULES", "MODEL_RULES"]
+__all__ = ["build_finetune", "concatenate", "check_finetune_settings", "without_penalty", "DATA_RULES", "MODEL_RULES",
+           "PENALTY_RULES"]

@@ -4,8 +4,12 @@ offline-to-online fine-tuning, in which the agent also acts in the real env and 
 Before each update the trainer takes ``steps_per_update`` steps in the real env with the agent's
 exploration policy (`OnlineInteraction.step`), and adds each transition to the real buffer, after the
 offline rows: the agent's own update then learns from both, and a generator starts its rollouts from
-both (an agent of the SAC family keeps generating from its dynamics model, as MBPO does; the model itself
-is the one fitted on the offline data). How a batch draws its real rows:
+both (an agent of the SAC family keeps generating from its dynamics model, as MBPO does). The model is
+the one fitted on the offline data unless ``refit_every`` is set: then, every ``refit_every`` env steps
+(MBPO's ``model_train_freq``, 250), the generator's ``refit`` trains it further on every real row so far,
+the offline and the online ones (`mbrl_offline.generators.rollouts.RolloutGenerator.refit`: from its
+current weights, input statistics recomputed, early stopping on a fresh holdout, elites chosen again),
+and the rollouts after it step the refitted model. How a batch draws its real rows:
 
 - ``offline_ratio`` None (the default): offline and online rows pooled and drawn uniformly, one buffer
   for both, as CORL's fine-tuning scripts do;
@@ -26,7 +30,9 @@ the cut falls at most once per epoch and shortens at most one episode.
 
 Each epoch's record (``metrics.jsonl``, the trackers) has an ``online`` group: ``env_steps`` (all so far),
 ``episodes`` (finished, all so far) and ``return_mean`` / ``normalized_score`` of the episodes finished in
-the epoch (NaN where none finished). Agents of sequences (NEUBAY) are not supported yet: they learn from
+the epoch (NaN where none finished). With ``refit_every`` an epoch in which the model was refitted also
+has a ``refit`` group: ``refits`` (all so far), and the last refit's ``epochs``, ``rows`` and
+``holdout_mse`` (the elites' mean). Agents of sequences (NEUBAY) are not supported yet: they learn from
 whole episodes of the real data, and their online episodes would need a sequence buffer that grows; the
 trainer refuses them in one line.
 """
@@ -50,10 +56,11 @@ class OnlineConfig:
     exploration_noise: float = 0.1  # a deterministic policy's Gaussian noise, in half action ranges (TD3's 0.1)
     offline_ratio: Optional[float] = None  # share of a batch's real rows from the offline data; None: pooled, uniform
     max_episode_steps: Optional[int] = None  # the online episodes' time limit; None: the env's own
+    refit_every: Optional[int] = None  # env steps between refits of the generator's model on every real row (MBPO: 250); None: never
 
     def __post_init__(self):
         check_field_types(self, "trainer.online")
-        require_positive(self, "steps_per_update", "max_episode_steps", section="trainer.online")
+        require_positive(self, "steps_per_update", "max_episode_steps", "refit_every", section="trainer.online")
         require_nonnegative(self, "exploration_noise", section="trainer.online")
         require_fraction(self, "offline_ratio", section="trainer.online")
 
@@ -66,6 +73,17 @@ def check_online(config: OnlineConfig, agent_cls, generator_config) -> None:
     if agent_cls.consumes == "sequences":
         raise ConfigError(f"trainer.online.enabled=true: {agent_cls.name} learns from whole episodes, and online "
                           f"interaction supports agents of transitions only so far; train {agent_cls.name} offline.")
+    if config.refit_every is not None:
+        from mbrl_offline.registry import GENERATORS
+
+        kind = getattr(generator_config, "kind", "none")
+        if kind == "none":
+            raise ConfigError(f"trainer.online.refit_every={config.refit_every} refits the generator's model, and this "
+                              f"run has no generator; leave trainer.online.refit_every null or choose a generator.")
+        if not callable(getattr(GENERATORS[kind][1], "refit", None)):
+            raise ConfigError(f"trainer.online.refit_every={config.refit_every}: generator.kind={kind} keeps the model it "
+                              f"was built with (its class has no refit); leave trainer.online.refit_every null.")
+        generator_config.check_refit()
     rule = getattr(getattr(generator_config, "mixing", None), "rule", None)
     if config.offline_ratio is not None and rule == "weights" and getattr(generator_config, "kind", "none") != "none":
         raise ConfigError("trainer.online.offline_ratio sets the share of offline rows among a batch's real rows, "

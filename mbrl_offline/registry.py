@@ -87,6 +87,12 @@ def check_agent_class(cls) -> None:
         value = getattr(cls, flag, False)
         if not (isinstance(value, bool) or (flag == "deterministic_policy" and isinstance(value, property))):
             raise ConfigError(f"{where}'s {flag} must be True or False (mbrl_offline.roles.AgentClass).")
+    penalty_off = getattr(cls, "penalty_off", {})
+    fields = {f.name for f in dataclasses.fields(config_cls)}
+    if not (isinstance(penalty_off, dict) and all(isinstance(k, str) and k in fields for k in penalty_off)):
+        raise ConfigError(f"{where}'s penalty_off must be a dict of its config's settings and the values that turn "
+                          f"its penalty off (e.g. {{'cql_weight': 0.0}}), got {penalty_off!r} "
+                          f"(mbrl_offline.roles.AgentClass).")
     if getattr(cls, "provides_value", False):
         for method in ("mode", "q_value"):
             if not callable(getattr(cls, method, None)):
@@ -118,6 +124,10 @@ def check_generator_class(cls) -> None:
     for method in ("for_dataset", "generate", "state_dict", "load_state_dict"):
         if not callable(getattr(cls, method, None)):
             raise ConfigError(f"{where} needs a method {method} (mbrl_offline.roles.GeneratorClass and Generator).")
+    if config_cls.check_refit is not GeneratorConfig.check_refit and not callable(getattr(cls, "refit", None)):
+        raise ConfigError(f"{where}'s config_class {config_cls.__name__} defines check_refit, and the class has no "
+                          f"refit method; add refit(dataset, progress) or remove check_refit "
+                          f"(mbrl_offline.roles.GeneratorClass).")
     if not (hasattr(cls, "model") or any("model" in vars(k).get("__annotations__", {}) for k in cls.__mro__)):
         raise ConfigError(f"{where} needs a model (a property, a class attribute or an annotated instance "
                           f"attribute): its fitted model (with state_dict()), or None (mbrl_offline.roles.GeneratorClass).")

@@ -273,6 +273,10 @@ class AgentClass(Protocol):
       with no distribution to sample (TD3+BC). Online interaction (`mbrl_offline.online`) then explores
       with Gaussian noise on its actions; an agent whose policy samples explores with its samples
       (``act(obs, deterministic=False)``).
+    - ``penalty_off`` (optional, read as ``{}``): the settings of its config (field -> value) that turn its
+      own conservatism off, for fine-tuning with ``penalty=off`` (`mbrl_offline.finetune`): CQL's
+      ``cql_weight`` 0, MOBILE's ``penalty_coef`` 0. A generator's penalty is its config's
+      (`GeneratorConfig.without_penalty`).
     - ``published_generator()``: the generator config it was published with (``generator=`` unset).
     - ``for_dataset(dataset, config=None, device="cpu", **parts)``: the agent for a dataset's env (sizes,
       action bounds, and whatever it takes from the data: IQL's reward scale, TD3+BC's state
@@ -315,12 +319,18 @@ class GeneratorClass(Protocol):
       interface) to hand to an agent whose losses need one (``AgentClass.needs_dynamics``).
     - ``for_dataset(config, dataset, device, cache_dir, model_path, progress)``: the generator for a
       dataset, its model fitted on it, loaded from ``model_path`` or from the cache in ``cache_dir``.
-    - ``model``: the fitted model ``generate`` uses (anything with ``state_dict()``), or None. It never
-      changes during a run. One rule puts every generator into a checkpoint (`mbrl_offline.trainer`):
-      the model's fingerprint (`mbrl_offline.checkpoint.model_fingerprint`), never its weights, which
+    - ``model``: the fitted model ``generate`` uses (anything with ``state_dict()``), or None. One rule
+      puts every generator into a checkpoint (`mbrl_offline.trainer`): the fingerprint of the model as
+      the run was built with it (`mbrl_offline.checkpoint.model_fingerprint`), never its weights, which
       ``for_dataset`` gives back from the cache or ``model_path`` (a resume whose model differs is
-      refused), and ``state_dict()``: what ``generate`` depends on besides the model (PGD's generation
+      refused), and ``state_dict()``: what ``generate`` depends on besides that model (PGD's generation
       count; ``{}`` for most).
+    - ``refit(dataset, progress)`` (optional): train the model further on ``dataset`` (an
+      `OfflineDataset` of every real row so far) and return the refit's metrics; online fine-tuning calls
+      it every ``trainer.online.refit_every`` env steps (`mbrl_offline.online`). A generator with it puts
+      the refitted weights in ``state_dict()`` (a resume loads them over the model ``for_dataset`` gave
+      back), and its config's ``check_refit`` refuses the settings under which it cannot refit. Without
+      it the model never changes during a run, and ``refit_every`` is refused.
     """
 
     config_class: type
@@ -393,3 +403,13 @@ class GeneratorConfig:
     def check_agent(self, agent, algo_config) -> None:
         """Refuse, in one line, settings of this generator that do not fit the agent's class (or instance)
         ``agent`` with settings ``algo_config``; `mbrl_offline.compose.check_pair` calls it."""
+
+    def without_penalty(self) -> "GeneratorConfig":
+        """These settings with the generator's own conservatism turned off (a reward penalty, halting,
+        adversarial model training), for fine-tuning with ``penalty=off`` (`mbrl_offline.finetune`); a
+        generator without any returns them unchanged."""
+        return self
+
+    def check_refit(self) -> None:
+        """Refuse, in one line, settings under which this generator cannot refit its model
+        (``trainer.online.refit_every``; asked only of a generator class with ``refit``)."""

@@ -52,14 +52,14 @@ import torch
 
 from mbrl_offline import platform
 from mbrl_offline.adjust import AdjustedEpisodePolicy, CDSA, CDSAConfig, check_adjust
-from mbrl_offline.buffer import Mixing, SequenceBuffer, TransitionBuffer, run_mixing
+from mbrl_offline.buffer import TRANSITION_FIELDS, Mixing, SequenceBuffer, TransitionBuffer, run_mixing
 from mbrl_offline.pairing import check_pair  # the one judge of an agent and a generator
 from mbrl_offline.checkpoint import CHECKPOINT_FORMAT, read_checkpoint  # noqa: F401  (read_checkpoint: public here too)
 from mbrl_offline.checkpoint import (model_fingerprint, numpy_rng_state, python_rng_state, saved_settings,
                                      set_numpy_rng_state, set_python_rng_state)
 from mbrl_offline.config import (check_field_types, config_argument, require_in_range, require_nonnegative,
                                  require_positive)
-from mbrl_offline.data.dataset import dataset_env, require_dataset
+from mbrl_offline.data.dataset import OfflineDataset, dataset_env, require_dataset
 from mbrl_offline.errors import CheckpointError, ConfigError, InputTypeError, TrainingDiverged, type_name
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RUN_FILES, RunLogger
@@ -194,6 +194,8 @@ class Trainer:
         self._checkpoints_written = 0  # by train(), in this process
         self.adjuster = None  # CDSA with ``adjust="cdsa"``, built by `train` before it writes anything
         self.origin: dict = {}  # where the run came from, for run.json (`mbrl_offline.finetune`: finetuned_from)
+        if generator is not None:
+            self._generator_model()  # the fingerprint of the model as built, before any refit changes it
 
     # ----------------------------------------------------------------------------------- loop
     def train(self, resume: bool = False, overwrite: bool = False) -> dict:
@@ -346,6 +348,17 @@ class Trainer:
         record["adapt"] = self.generator.adapt(self.agent.policy, self.agent, real, self.rng)
         record["speed"]["adapt_seconds"] = record["speed"].get("adapt_seconds", 0.0) + time.perf_counter() - start
 
+    def _refit(self, record: dict) -> None:
+        """The generator's ``refit`` on every real row so far, the offline data and the online rows
+        (``trainer.online.refit_every``; `mbrl_offline.online`)."""
+        start = time.perf_counter()
+        n = len(self.real)
+        rows = {key: self.real.data[key][:n].cpu().numpy() for key in TRANSITION_FIELDS}
+        data = OfflineDataset(**rows, env_name=self.env.name, source=f"{self.dataset.source} + {self.online.env_steps} "
+                              f"online steps", metadata=dict(getattr(self.dataset, "metadata", {})))
+        record["refit"] = self.generator.refit(data, progress=False)
+        record["speed"]["refit_seconds"] = record["speed"].get("refit_seconds", 0.0) + time.perf_counter() - start
+
     def _run_epoch(self, bar) -> dict:
         cfg, agent = self.config, self.agent
         record: dict[str, dict[str, float]] = {"speed": {}}
@@ -355,12 +368,15 @@ class Trainer:
         online_seconds = 0.0
         if self.online is not None:
             self.online.start_epoch(self.epoch)
+        refit_every = cfg.online.refit_every if self.online is not None else None
         for step in range(first, first + cfg.updates_per_epoch):
             if self.online is not None:
-                start = time.perf_counter()
+                start, before = time.perf_counter(), self.online.env_steps
                 for _ in range(cfg.online.steps_per_update):
                     self.online.step()
                 online_seconds += time.perf_counter() - start
+                if refit_every and self.online.env_steps // refit_every > before // refit_every:
+                    self._refit(record)
             if self.next_generation is not None and step >= self.next_generation:
                 self._generate(record, step)
             start = time.perf_counter()
@@ -442,14 +458,15 @@ class Trainer:
     def _generator_state(self) -> Optional[dict]:
         """The generator's checkpoint section, by one rule for every generator (`mbrl_offline.roles.GeneratorClass`):
         its own ``state_dict()`` and its model's fingerprint, never the model's weights (they come back from
-        the cache or ``dynamics_path``, and never change during a run)."""
+        the cache or ``dynamics_path``; a generator whose ``refit`` changed them during the run keeps the
+        refitted weights in its ``state_dict()``)."""
         if self.generator is None:
             return None
         return {"state": self.generator.state_dict(), "model": self._generator_model()}
 
     def _generator_model(self) -> Optional[str]:
-        """The fingerprint of the generator's model (None without one), computed once: it never changes
-        during a run."""
+        """The fingerprint of the generator's model as the run was built with it (None without one),
+        computed once, when the trainer is built (online fine-tuning's refits change the model later)."""
         if self._model_fingerprint is None and self.generator.model is not None:
             self._model_fingerprint = model_fingerprint(self.generator.model.state_dict())
         return self._model_fingerprint

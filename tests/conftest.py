@@ -70,3 +70,15 @@ def minari_root(tmp_path, monkeypatch):
 def assert_same_transitions(a: OfflineDataset, b: OfflineDataset) -> None:
     for key in ("observations", "actions", "rewards", "next_observations", "terminals", "timeouts"):
         np.testing.assert_array_equal(getattr(a, key), getattr(b, key), err_msg=key)
+
+
+class Interrupt(Exception):
+    """A run killed from outside (`StopAfterEpoch1`), for the tests of exact resume."""
+
+
+class StopAfterEpoch1:
+    """A trainer callback that kills the run after epoch 1's evaluation and checkpoint (``raise Interrupt``)."""
+
+    def on_eval(self, trainer, epoch, result):
+        if epoch == 1:
+            raise Interrupt

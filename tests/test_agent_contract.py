@@ -20,6 +20,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from conftest import Interrupt, StopAfterEpoch1
 from sequence_fakes import FakeRecurrent, FakeRecurrentConfig, FakeSequenceGenerator, FakeSequenceGeneratorConfig
 
 from mbrl_offline import build_run, load_dataset, registry
@@ -190,18 +191,10 @@ def test_agent_meets_the_roles(name, generator, data, cache, tmp_path):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_an_interrupted_run_resumes_exactly(name, data, cache, tmp_path, monkeypatch):
-    class Interrupt(Exception):
-        pass
-
     # every product that a full-sized run on an AMD CPU with AVX-512 sends to oneDNN (`products.linear`)
     # goes there at these sizes too, on any CPU
     monkeypatch.setattr(products, "MIN_MULTIPLY_ADDS", 0)
     monkeypatch.setattr(products, "ROUTE_CPU", products.available())
-
-    class StopAfterEpoch1:  # the run is killed after epoch 1's checkpoint (schedules need the real total)
-        def on_eval(self, trainer, epoch, result):
-            if epoch == 1:
-                raise Interrupt
 
     straight = trainer_for(name, data, cache, tmp_path / "straight")
     straight.train()

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import Interrupt, StopAfterEpoch1
 
 from mbrl_offline import build_run, load_dataset
 from mbrl_offline.checkpoint import read_checkpoint
 from mbrl_offline.compose import run_configs
-from mbrl_offline.errors import ConfigError
+from mbrl_offline.errors import CheckpointError, ConfigError
 from mbrl_offline.finetune import build_finetune, concatenate
 from mbrl_offline.logging import read_metrics
 from mbrl_offline.trainer import TrainerConfig
@@ -57,7 +58,8 @@ def test_append_replace_refit_and_keep(trained, tmp_path):
         trainer.train()
         info = json.loads((tmp_path / f"{data}-{model}" / "run.json").read_text())
         assert info["finetuned_from"] == {"checkpoint": str(checkpoint), "epoch": 1, "dataset": "pendulum-medium",
-                                          "data": data, "model": model, "online": False}
+                                          "data": data, "model": model, "online": False, "penalty": "keep",
+                                          "penalty_off": []}
         assert info["agent"] == json.loads((trained / "run" / "run.json").read_text())["agent"]
     assert info["dataset"] == "bundled:pendulum-medium"
     assert models["replace", "keep"] == state["generator"]["model"] != models["replace", "refit"]
@@ -71,20 +73,10 @@ def test_concatenate_keeps_every_episode_whole():
     assert torch.equal(torch.as_tensor(joined.observations[len(first):]), torch.as_tensor(second.observations))
 
 
-class Stop(Exception):
-    pass
-
-
-class StopAfterEpoch1:
-    def on_eval(self, trainer, epoch, result):  # after epoch 1's checkpoint: the run "stops" there
-        if epoch == 1:
-            raise Stop
-
-
 def test_a_stopped_finetuning_run_resumes_exactly(trained, tmp_path):
     checkpoint, cache = trained / "run" / "checkpoint.pt", trained / "cache"
     settings = lambda name: {"run_dir": str(tmp_path / name), "epochs": 2}  # noqa: E731
-    with pytest.raises(Stop):
+    with pytest.raises(Interrupt):
         build_finetune(checkpoint, "pendulum-medium", trainer_settings=settings("a"), cache_dir=cache,
                        callbacks=[StopAfterEpoch1()]).train()
     build_finetune(checkpoint, "pendulum-medium", trainer_settings=settings("a"), cache_dir=cache).train(resume=True)
@@ -116,6 +108,7 @@ def test_the_tool_writes_a_new_run_folder(trained, tmp_path):
     (["dataset=hopper-medium"], "dataset=hopper-medium is hopper's data (11 observation and 3 action columns), but "),
     (["dataset=pendulum-medium", "data=merge"], "data=merge: the data rules are append"),
     (["model=freeze"], "model=freeze: the model rules are refit"),
+    (["penalty=none"], "penalty=none: the penalty rules are keep"),
     (["data=replace"], "data=replace needs the new data: dataset=<"),
     (["checkpoint=nowhere.pt"], "checkpoint=nowhere.pt: no such file"),
     (["trainer.run_dir=RUN"], "is the checkpoint's own run; fine-tuning writes a new run folder"),
@@ -149,6 +142,39 @@ def test_the_tool_takes_every_trainer_setting():
     online = node.pop("online")
     assert set(online) == {f.name for f in dataclasses.fields(OnlineConfig)} - {"enabled"}
     assert all(value is None for value in [*node.values(), *online.values()])
+
+
+def test_penalty_off_turns_the_agent_s_and_the_generator_s_conservatism_off(trained, tmp_path):
+    """MOPO's penalty is its generator's (the tool), CQL's its own (Python); the agent keeps its weights, and a
+    resume must turn it off again."""
+    done = finetune(tmp_path, f"checkpoint={trained / 'run' / 'checkpoint.pt'}", "penalty=off",
+                    f"trainer.run_dir={tmp_path / 'mopo'}", f"dynamics_cache={trained / 'cache'}")
+    assert done.returncode == 0, done.stderr
+    assert "penalty off: generator.rollout.penalty, generator.rollout.penalty_coef" in done.stdout
+    info = json.loads((tmp_path / "mopo" / "run.json").read_text())
+    assert info["generator"]["rollout"]["penalty_coef"] == 0 and info["generator"]["rollout"]["penalty"] == "none"
+    assert info["finetuned_from"]["penalty"] == "off"
+    assert info["agent"] == json.loads((trained / "run" / "run.json").read_text())["agent"]  # MOPO's learner: none
+
+    torch.manual_seed(0)
+    algo, _, _ = run_configs("cql", "quick", env="pendulum", overrides=["algo.hidden_size=16", "algo.batch_size=32"])
+    assert algo.cql_weight > 0
+    build_run("cql", load_dataset("pendulum-random"), algo, "none", trainer_config(tmp_path / "cql")).train()
+    state = read_checkpoint(tmp_path / "cql" / "checkpoint.pt")
+    settings = {"run_dir": str(tmp_path / "cql-off"), "epochs": 2}
+    tuned = build_finetune(tmp_path / "cql" / "checkpoint.pt", trainer_settings=settings, penalty="off")
+    assert tuned.agent.config.cql_weight == 0 and not tuned.agent.config.with_lagrange
+    assert tuned.origin["finetuned_from"]["penalty_off"] == ["algo.cql_weight"]
+    for key, value in tuned.agent.state_dict().items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(value, state["agent"][key]), key
+    tuned.callbacks = [StopAfterEpoch1()]
+    with pytest.raises(Interrupt):
+        tuned.train()
+    kept = build_finetune(tmp_path / "cql" / "checkpoint.pt", trainer_settings=settings)
+    with pytest.raises(CheckpointError, match=r"was trained with other algorithm settings \(cql_weight\)"):
+        kept.train(resume=True)
+    build_finetune(tmp_path / "cql" / "checkpoint.pt", trainer_settings=settings, penalty="off").train(resume=True)
 
 
 def test_python_refusals_name_the_fix(trained):

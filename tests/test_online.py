@@ -6,10 +6,12 @@ one line."""
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from conftest import Interrupt, StopAfterEpoch1
 
 from mbrl_offline import build_run, load_dataset
 from mbrl_offline.compose import run_configs
@@ -60,7 +62,8 @@ def test_online_rows_follow_the_offline_ones_with_terminals_timeouts_and_records
     assert records[0]["speed"]["env_steps_per_s"] > 0
     info = json.loads((tmp_path / "run" / "run.json").read_text())
     assert info["trainer"]["online"] == {"enabled": True, "steps_per_update": 2, "exploration_noise": 0.1,
-                                         "offline_ratio": None, "max_episode_steps": None}
+                                         "offline_ratio": None, "max_episode_steps": None,
+                                         "refit_every": None}
 
 
 def test_a_deterministic_policy_explores_with_noise_and_a_stochastic_one_samples(data, tmp_path):
@@ -102,16 +105,6 @@ def test_an_offline_ratio_draws_that_share_from_the_offline_rows(data, tmp_path)
     assert type(pooled.real).__name__ == "TransitionBuffer"
 
 
-class Stop(Exception):
-    pass
-
-
-class StopAfterEpoch1:
-    def on_eval(self, trainer, epoch, result):
-        if epoch == 1:
-            raise Stop
-
-
 def test_a_stopped_online_run_resumes_exactly(data, tmp_path):
     def run(name, callbacks=None, resume=False):
         torch.manual_seed(0)
@@ -120,7 +113,7 @@ def test_a_stopped_online_run_resumes_exactly(data, tmp_path):
         trainer.train(resume=resume)
         return trainer
 
-    with pytest.raises(Stop):
+    with pytest.raises(Interrupt):
         run("a", [StopAfterEpoch1()])
     resumed = run("a", resume=True)
     straight = run("b")
@@ -173,3 +166,113 @@ def test_the_contract_takes_deterministic_policy_as_a_flag_or_a_property():
     bad = type("Bad", (TD3BC,), {"name": "bad", "deterministic_policy": "yes"})
     with pytest.raises(ConfigError, match="deterministic_policy must be True or False"):
         check_agent_class(bad)
+
+
+def model_based(refit_every=None):
+    """MOPO on a small model, a few short generations."""
+    agent, generator, _ = run_configs("mopo", "quick", env="pendulum", overrides=[
+        "algo.hidden_size=16", "algo.batch_size=32", "generator.every=50", "generator.rollout.rollouts_per_epoch=100",
+        "generator.dynamics.ensemble_size=3", "generator.dynamics.num_elites=2", "generator.dynamics.hidden_size=32",
+        "generator.dynamics.max_epochs=3", "generator.dynamics.min_epochs=3"])
+    return agent, generator
+
+
+def test_a_model_based_run_refits_its_model_every_n_env_steps_and_resumes_exactly(data, tmp_path):
+    from mbrl_offline.checkpoint import model_fingerprint, read_checkpoint
+    from mbrl_offline.finetune import build_finetune
+
+    cache = tmp_path / "cache"
+
+    def run(name, callbacks=None, resume=False):
+        torch.manual_seed(0)
+        agent, generator = model_based()
+        trainer = build_run("mopo", data, agent, generator, config(tmp_path / name, epochs=3, updates=100,
+                                                                   refit_every=70), cache_dir=cache)
+        trainer.callbacks = list(callbacks or [])
+        trainer.train(resume=resume)
+        return trainer
+
+    with pytest.raises(Interrupt):
+        run("a", [StopAfterEpoch1()])
+    state = read_checkpoint(tmp_path / "a" / "checkpoint.pt")
+    assert state["generator"]["state"]["refit"]["refits"] == 1  # the refit after env step 70, in the first epoch
+    resumed = run("a", resume=True)
+    straight = run("b")
+    records = read_metrics(tmp_path / "b")
+    # refits after env steps 70, 140, 210 and 280, each on every real row so far (an epoch records its last)
+    assert [r["refit"]["refits"] for r in records] == [1, 2, 4]
+    assert [r["refit"]["rows"] for r in records] == [len(data) + 70, len(data) + 140, len(data) + 280]
+    assert all(1 <= r["refit"]["epochs"] <= 3 and r["refit"]["holdout_mse"] > 0 for r in records)
+    drop_speed = lambda records: [{k: v for k, v in r.items() if k != "speed"} for r in records]  # noqa: E731
+    assert drop_speed(read_metrics(tmp_path / "a")) == drop_speed(records)
+    model = straight.generator.dynamics
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, resumed.generator.dynamics.state_dict()[key]), key
+    # the model changed, its statistics are those of the offline and online rows, and the checkpoint still
+    # knows the model the run was built with by its fingerprint (the cache's: a resume found it)
+    fitted = build_run("mopo", data, *model_based(), config(tmp_path / "c", epochs=1, updates=10),
+                       cache_dir=cache).generator.dynamics
+    assert not torch.equal(fitted.input_mean, model.input_mean)
+    rows = straight.real.data
+    inputs = torch.cat([rows["observations"], rows["actions"]], dim=1)[:len(data) + 280]
+    assert torch.allclose(model.input_mean, inputs.mean(0), atol=0.05 * float(inputs.std()))
+    assert state["generator"]["model"] == model_fingerprint(fitted.state_dict())
+    # model=keep fine-tunes with the model as the run ended, refits included
+    kept = build_finetune(tmp_path / "b" / "checkpoint.pt", model="keep", cache_dir=cache,
+                          trainer_settings={"run_dir": str(tmp_path / "f"), "epochs": 1, "progress": False})
+    for key, value in model.state_dict().items():
+        assert torch.equal(value, kept.generator.dynamics.state_dict()[key]), key
+
+
+def test_a_refit_is_refused_where_there_is_no_model_to_refit(data, tmp_path):
+    with pytest.raises(ConfigError, match="refit_every=100 refits the generator's model, and this run has no generator"):
+        build_run("td3bc", data, small("td3bc"), "none", config(tmp_path / "t", refit_every=100))
+    agent, generator, _ = run_configs("iql", "quick", env="pendulum", overrides=["generator=synther"])
+    with pytest.raises(ConfigError, match="generator.kind=synther keeps the model it was built with"):
+        build_run("iql", data, agent, generator, config(tmp_path / "s", refit_every=100))
+    agent, generator = model_based()
+    generator = dataclasses.replace(generator, true_dynamics=True)
+    with pytest.raises(ConfigError, match="generator.true_dynamics=true rolls out in the simulator"):
+        build_run("mopo", data, agent, generator, config(tmp_path / "m", refit_every=100))
+    for name in "tsm":
+        assert not (tmp_path / name).exists()
+
+
+def online_fine_tuning_run(root, seed: int = 0, online: bool = True) -> tuple[float, float, list[float]]:
+    """The learning case of online fine-tuning: EDAC (SAC-N with its diversity term: its sampled actions
+    explore) trained for 500 updates on pendulum-medium at the learning tests' small scale (2 x 128 ... 3 x
+    128 critics, gamma 0.95: tests/test_learning.py), then fine-tuned for 12 epochs of 500 updates, online
+    with the defaults (one env step per update, offline and online rows pooled) or, with ``online``
+    False, on the offline data alone. Returns the data's score, the base agent's and the fine-tuning's
+    evaluations (every 2 epochs, 10 episodes). `benchmarks/online_finetune.py` runs it for any seeds."""
+    from mbrl_offline.algorithms import EDAC
+    from mbrl_offline.finetune import build_finetune
+    from mbrl_offline.generators import NoGeneratorConfig
+
+    root = Path(root)
+    torch.manual_seed(seed)
+    data = load_dataset("pendulum-medium")
+    config = dataclasses.replace(EDAC.config_class(), hidden_size=128, gamma=0.95)
+    base = build_run("edac", data, config, NoGeneratorConfig(), TrainerConfig(
+        epochs=1, updates_per_epoch=500, eval_episodes=10, seed=seed, run_dir=str(root / "base"), progress=False,
+        tensorboard=False))
+    base.train()
+    tuned = build_finetune(root / "base" / "checkpoint.pt", trainer_settings={
+        "run_dir": str(root / "tuned"), "epochs": 12, "updates_per_epoch": 500, "eval_every": 2,
+        "online": {"enabled": online}})
+    tuned.train()
+    return (data.summary()["normalized_score_mean"], base.history[-1]["normalized_score"],
+            [h["normalized_score"] for h in tuned.history])
+
+
+@pytest.mark.slow
+def test_online_fine_tuning_raises_a_weak_offline_agent(tmp_path):
+    """`online_fine_tuning_run`, seed 0, online: the mean of the last three evaluations 40 points above the
+    base agent and 20 above the data (docs/after-training.md has the seeds, and the same updates
+    offline, from `python benchmarks/online_finetune.py`)."""
+    data_score, before, scores = online_fine_tuning_run(tmp_path)
+    final = sum(scores[-3:]) / 3
+    assert final >= max(before + 40, data_score + 20), (f"online fine-tuning ended at {final:.1f} (evaluations "
+                                                        f"{[round(s, 1) for s in scores]}); base {before:.1f}, "
+                                                        f"data {data_score:.1f}")
+    assert read_metrics(tmp_path / "tuned")[-1]["online"]["env_steps"] == 6000

@@ -5,6 +5,7 @@ through the entry-point group ``mbrl_offline.plugins`` of a distribution on the 
 folder beside the module, which is what ``pip install`` of the user's package leaves); the contract tests
 (``tests/test_agent_contract.py``) run against it there too, and the help and the docs' tables list it.
 """
+import dataclasses
 import json
 import os
 import shutil
@@ -85,6 +86,17 @@ def test_a_class_that_breaks_the_contract_is_refused_at_registration(outside):
 
     with pytest.raises(ConfigError, match="needs a class attribute summary"):
         registry.register_generator(NoSummary)
+
+    @dataclasses.dataclass
+    class RefitConfig(outside.JitterConfig):
+        def check_refit(self) -> None:
+            pass
+
+    class NoRefit(outside.Jitter):
+        config_class = RefitConfig
+
+    with pytest.raises(ConfigError, match="defines check_refit, and the class has no refit method"):
+        registry.register_generator(NoRefit)
 
 
 def run(env, *args, cwd):

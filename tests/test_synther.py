@@ -5,6 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
+from conftest import Interrupt, StopAfterEpoch1
 
 from mbrl_offline import build_run, load_dataset
 from mbrl_offline.buffer import TRANSITION_FIELDS, TransitionBuffer, transition_schema
@@ -111,14 +112,6 @@ def test_bad_settings_are_refused_in_one_line(settings, message):
 
 
 def test_an_interrupted_synther_run_resumes_exactly(data, cache, tmp_path):
-    class Interrupt(Exception):
-        pass
-
-    class StopAfterEpoch1:
-        def on_eval(self, trainer, epoch, result):
-            if epoch == 1:
-                raise Interrupt
-
     _, config_cls = ALGORITHMS["iql"]
     algo = dataclasses.replace(config_cls(), hidden_size=16, batch_size=32)
 

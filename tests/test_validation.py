@@ -122,6 +122,7 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (CDSAConfig, "inverse_updates", 0), (CDSAConfig, "seed", -1),
     (OnlineConfig, "steps_per_update", 0), (OnlineConfig, "exploration_noise", -0.1),
     (OnlineConfig, "offline_ratio", 1.5), (OnlineConfig, "offline_ratio", NAN), (OnlineConfig, "max_episode_steps", 0),
+    (OnlineConfig, "refit_every", 0),
 ]
 # Settings any value of their type suits (free text checked where it is used, or nested configs,
 # which have their own rows); bool fields need no range (their type is checked when a config is read).

@@ -235,6 +235,8 @@ class CQL(CriticValue, FeedForwardAgent):
                "and up on the data; the Lagrange variant by configuration")
     defaults_from = "OfflineRL-Kit's `run_cql.py` (the paper's 3R-way log-sum-exp); CORL's `cql.py` by configuration"
     config_class = CQLConfig
+    # fine-tuning with penalty=off (mbrl_offline/finetune.py): no conservative term, plain SAC on the data
+    penalty_off = {"cql_weight": 0.0, "with_lagrange": False}
     published_generator = staticmethod(model_free.published_generator)
 
     def __init__(self, obs_dim: int, act_dim: int, action_low, action_high,

@@ -115,6 +115,8 @@ class EDAC(SAC):
     summary = "SAC with N critics (min target) and a penalty on the similarity of their action gradients"
     defaults_from = "the official EDAC code (snu-mllab/EDAC)"  # the code its defaults come from
     config_class = EDACConfig
+    # fine-tuning with penalty=off (mbrl_offline/finetune.py): no diversity term, SAC-N
+    penalty_off = {"eta": 0.0}
     published_generator = staticmethod(model_free.published_generator)
 
 

@@ -75,6 +75,8 @@ class MOBILE(SAC):
                "ensemble")
     defaults_from = "the official MOBILE configs"  # the code its defaults come from
     config_class = MOBILEConfig
+    # fine-tuning with penalty=off (mbrl_offline/finetune.py): no Bellman-spread penalty on model rows
+    penalty_off = {"penalty_coef": 0.0}
     graph_capturable = False  # the penalty goes to the batch's model rows only: a data-dependent shape
     needs_dynamics = True
 

@@ -45,6 +45,10 @@ class NoGeneratorConfig:
     def check_agent(self, agent, algo_config) -> None:
         """Any agent will do."""
 
+    def without_penalty(self) -> "NoGeneratorConfig":
+        """No penalty to turn off."""
+        return self
+
 
 GENERATORS = registry.GENERATORS  # the registry itself: kind -> (config class, generator class or None)
 GENERATORS.setdefault("none", (NoGeneratorConfig, None))

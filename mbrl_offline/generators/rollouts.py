@@ -684,6 +684,19 @@ class RolloutGeneratorConfig(GeneratorConfig):
             raise ConfigError(f"{agent.name} reads whole paths, and these rollouts are not labelled with them; set "
                               f"generator.rollout.label_paths=true (generator={agent.name} does).")
 
+    def without_penalty(self) -> "RolloutGeneratorConfig":
+        """No reward penalty (``rollout.penalty_coef`` 0: MOPO's, COPlanner's), no halting (``rollout.halt``
+        none: MOReL's pessimistic MDP) and no adversarial model training (``adversarial.every`` 0: RAMBO's):
+        MBPO's rollouts. UP-MPC's planning stays as set."""
+        rollout = replace(self.rollout, penalty="none", penalty_coef=0.0, halt="none")
+        return replace(self, rollout=rollout, adversarial=replace(self.adversarial, every=0))
+
+    def check_refit(self) -> None:
+        """The simulator has no model to refit."""
+        if self.true_dynamics:
+            raise ConfigError("trainer.online.refit_every refits a learned model, and generator.true_dynamics=true "
+                              "rolls out in the simulator; leave trainer.online.refit_every null.")
+
     def fitted_model(self) -> Optional[str]:
         """The learned ensemble is fitted into the dynamics cache (the simulator needs none)."""
         return None if self.true_dynamics else "dynamics"
@@ -714,7 +727,8 @@ class RolloutGenerator:
     def __init__(self, dynamics, termination_fn: TerminationFn,
                  config: RolloutGeneratorConfig = RolloutGeneratorConfig(), refiner: Optional[DynamicsRefiner] = None):
         self.config = config
-        self.fitted = dynamics  # the model as fitted or loaded: never changed (``model``)
+        self.fitted = dynamics  # the model as fitted or loaded (``model``): changed by `refit` only
+        self.refits = 0  # `refit` calls so far
         self.adversary = None
         if config.adversarial.active:  # the rollouts step a copy that the adversarial phases train
             dynamics = copy.deepcopy(dynamics)
@@ -784,20 +798,69 @@ class RolloutGenerator:
         check_policy(self, policy)  # branched rollouts step a feed-forward policy
         return self.rollouts.generate(policy, real, rng)
 
+    def refit(self, dataset, progress: bool = False) -> dict[str, float]:
+        """MBPO's model training during interaction (Janner et al. 2019; jannerm/mbpo, ``mbpo/algorithms/mbpo.py``:
+        every ``model_train_freq`` = 250 env steps, ``_train_model(max_epochs=None, holdout_ratio=0.2)``, and
+        ``mbpo/models/bnn.py``: ``max_epochs_since_update`` = 5, from the current weights): the model
+        the rollouts step is trained further on ``dataset`` (online fine-tuning's real rows: the offline
+        data and the online rows so far) by its own `fit`, in place: from its current weights, with the
+        input (and output) statistics recomputed on the rows, a fresh holdout, early stopping by
+        ``dynamics.patience`` with no minimum of epochs (MBPO's ``max_epochs_since_update``; a recipe's
+        ``min_epochs`` is for a fit from scratch) and the elites chosen again. With
+        ``standardise_observations`` the model keeps the offline data's statistics (the agent of RAMBO
+        reads them too). With adversarial training it is the adversarially trained copy that is refitted.
+        The refiner and MOReL's halt threshold: the refiner stays as fitted; the threshold is set again
+        from the real rows at the next generation. Returns ``refits`` (so far) and this refit's
+        ``epochs``, ``rows`` and ``holdout_mse`` (the elites' mean)."""
+        model = self.rollouts.dynamics
+        if isinstance(model, TrueDynamics):
+            raise ConfigError("refit: this generator rolls out in the simulator, which has no model to refit.")
+        if isinstance(model, StandardisedDynamics):
+            dataset = replace(dataset, observations=(dataset.observations - model.obs_mean.cpu().numpy()) /
+                              model.obs_std.cpu().numpy(),
+                              next_observations=(dataset.next_observations - model.obs_mean.cpu().numpy()) /
+                              model.obs_std.cpu().numpy())
+            model = model.inner
+        log = model.fit(dataset, model.elites.device, progress=progress, min_epochs=0)
+        self.rollouts.threshold = None  # MOReL's halt threshold: from the refitted model at the next generation
+        self.refits += 1
+        best = torch.as_tensor(log[-1]["best_holdout_mse"])[model.elites.cpu()]
+        return {"refits": float(self.refits), "epochs": float(len(log)), "rows": float(len(dataset.rewards)),
+                "holdout_mse": float(best.mean())}
+
     @property
     def model(self):
         """The dynamics model as fitted or loaded (the ensemble, or the simulator), which the checkpoint
-        knows by fingerprint; the adversarial phases train a copy of it (`state_dict`)."""
+        knows by the fingerprint it had when the run was built; `refit` trains it further and the
+        adversarial phases train a copy of it (`state_dict` holds what they change)."""
         return self.fitted
 
     def state_dict(self) -> dict:
-        """Nothing besides the model for plain rollouts (they keep no state between generations); with
-        adversarial training, the trained copy's weights and its optimiser."""
-        return {"adversary": self.adversary.state_dict()} if self.adversary is not None else {}
+        """What the model the run was built with does not give back: MOReL's halt threshold once set
+        (it was set from the real rows of that time, and online rows may have come since); after a
+        `refit`, the refit count and the refitted weights; with adversarial training, the trained
+        copy's weights and its optimiser. Plain rollouts keep nothing else between generations."""
+        state = {}
+        if self.rollouts.threshold is not None:
+            state["threshold"] = self.rollouts.threshold
+        if self.refits:  # the weights once: with adversarial training they are the adversary's copy's
+            state["refit"] = {"refits": self.refits}
+            if self.adversary is None:
+                state["refit"]["model"] = self.rollouts.dynamics.state_dict()
+        if self.adversary is not None:
+            state["adversary"] = self.adversary.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         if self.adversary is not None:
             self.adversary.load_state_dict(state["adversary"])
+        elif "adversary" in state:  # a run that trained its model adversarially, continued without (penalty=off)
+            self.rollouts.dynamics.load_state_dict(state["adversary"]["model"])
+        if "refit" in state:
+            self.refits = int(state["refit"]["refits"])
+            if "model" in state["refit"]:
+                self.rollouts.dynamics.load_state_dict(state["refit"]["model"])
+        self.rollouts.threshold = state.get("threshold")
 
 
 __all__ = ["AdversarialConfig", "BranchedRollouts", "RolloutConfig", "RolloutGenerator", "RolloutGeneratorConfig",

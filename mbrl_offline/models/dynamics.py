@@ -69,7 +69,7 @@ Deliberate differences from both codes:
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Optional
 
@@ -579,7 +579,7 @@ class GaussianEnsembleDynamics(nn.Module):
         return total / len(x)
 
     def fit(self, dataset, device: str | torch.device = "cpu", progress: bool = True,
-            cuda_graph: bool = True) -> list[dict]:
+            cuda_graph: bool = True, min_epochs: Optional[int] = None) -> list[dict]:
         """Train on an `OfflineDataset` (or anything with its transition arrays); returns the epoch log.
 
         Rows whose ``next_observations`` are not the true successors (D4RL files without stored
@@ -588,9 +588,11 @@ class GaussianEnsembleDynamics(nn.Module):
         Adam's step) is recorded once as a CUDA graph and replayed (`mbrl_offline.utils.CUDAGraphed`):
         at batch 256 its launches, not the GPU's arithmetic, set the pace. Models without the
         hand-written step (`hand_written_step`), which train through autograd, run eagerly. The
-        epochs, early stopping and elite selection are `mbrl_offline.models.fitting`'s.
+        epochs, early stopping and elite selection are `mbrl_offline.models.fitting`'s. A fitted model is
+        trained further from its weights, its statistics recomputed on ``dataset``; ``min_epochs``
+        replaces the config's (online fine-tuning's refits: 0, `mbrl_offline.generators.rollouts`).
         """
-        cfg = self.config
+        cfg = self.config if min_epochs is None else replace(self.config, min_epochs=min_epochs)
         device = torch.device(device)
         self.to(device)
         generator = torch.Generator(device=device).manual_seed(cfg.seed)

@@ -6,7 +6,9 @@ Trains the checkpoint's agent further (its weights, optimiser states and setting
 ``data=replace`` (``dataset=`` alone). ``dataset=`` is a bundled name, a D4RL .hdf5 file or a Minari id,
 of the checkpoint's env and widths. ``online=true`` also has the agent act in the real env, each step's
 transition added to the real data (``trainer.online.*``: mbrl_offline/online.py). The agent's generator keeps its settings; its model is fitted on the
-fine-tuning data (``model=refit``, the default) or is the checkpoint's (``model=keep``). ``trainer.*``
+fine-tuning data (``model=refit``, the default) or is the checkpoint's (``model=keep``). ``penalty=off`` turns
+the agent's and the generator's conservatism off (CQL's term, MOBILE's and MOPO's penalties, MOReL's halts,
+RAMBO's adversary: mbrl_offline/finetune.py's without_penalty); ``penalty=keep`` (the default) keeps them. ``trainer.*``
 settings left null keep the checkpoint's (``trainer.epochs=``: the fine-tuning run's epochs, from 0).
 ``run.json`` records the checkpoint, the data and the rules (``finetuned_from``). The run folder is an
 ordinary run's: ``resume=true`` continues a stopped fine-tuning run, a folder holding an earlier run is
@@ -51,7 +53,7 @@ def check(cfg) -> Path:
         raise ConfigError("give the checkpoint to fine-tune: checkpoint=runs/<run>/checkpoint.pt")
     if not Path(cfg.checkpoint).is_file():
         raise ConfigError(f"checkpoint={cfg.checkpoint}: no such file; give a run's checkpoint.pt.")
-    check_finetune_settings(cfg.data, cfg.model)
+    check_finetune_settings(cfg.data, cfg.model, cfg.penalty)
     check_device(cfg.device, "device")
     run_dir = run_dir_of(cfg)
     if run_dir.resolve() == Path(cfg.checkpoint).resolve().parent:
@@ -81,12 +83,14 @@ def main(argv: list[str]) -> None:
     if cfg.keep_freed_memory and torch.device(cfg.device).type == "cpu":
         platform.keep_freed_memory()
     trainer = build_finetune(cfg.checkpoint, cfg.dataset, cfg.data, cfg.model, settings, cfg.device,
-                             cache_dir=cfg.dynamics_cache, dynamics_path=cfg.dynamics_path)
+                             cache_dir=cfg.dynamics_cache, dynamics_path=cfg.dynamics_path, penalty=cfg.penalty)
     origin = trainer.origin["finetuned_from"]
     print(f"fine-tuning {trainer.agent.name} from {cfg.checkpoint} (epoch {origin['epoch']}) on {trainer.dataset.source} "
           f"({len(trainer.dataset)} transitions; data={cfg.data}"
           + (f", model={cfg.model}" if trainer.generator is not None else "")
-          + (", online" if trainer.online is not None else "") + f"); run folder {run_dir}", flush=True)
+          + (", online" if trainer.online is not None else "")
+          + (f", penalty off: {', '.join(origin['penalty_off']) or 'none to turn off'}" if cfg.penalty == "off" else "")
+          + f"); run folder {run_dir}", flush=True)
     summary = trainer.train(resume=cfg.resume, overwrite=cfg.overwrite)
     print(f"final normalised score {summary['final_score']:.1f} (return {summary['final_return']:.1f}); "
           f"mean of the last {min(10, summary['evaluations'])} evaluations {summary['last10_score']:.1f}")
