@@ -104,6 +104,23 @@ def test_the_tool_writes_a_new_run_folder(trained, tmp_path):
     assert again.returncode == 2 and "already holds a run" in again.stderr
 
 
+def test_a_grid_of_fine_tuning_runs_through_hydra_s_launcher(trained, tmp_path):
+    """``-m``: every run composed and checked first (two runs into one folder are refused before any starts),
+    then each run in its own folder."""
+    checkpoint = f"checkpoint={trained / 'run' / 'checkpoint.pt'}"
+    cache = f"dynamics_cache={trained / 'cache'}"
+    same = finetune(tmp_path, "-m", checkpoint, cache, "trainer.seed=0,1", f"trainer.run_dir={tmp_path / 'one'}")
+    assert same.returncode == 2 and "would both write" in same.stderr and not (tmp_path / "one").exists(), same.stderr
+    done = finetune(tmp_path, "-m", checkpoint, cache, "trainer.seed=0,1", "penalty=keep,off",
+                    f"trainer.run_dir={tmp_path}/ft-${{trainer.seed}}-${{penalty}}")
+    assert done.returncode == 0 and "4 of 4 runs finished" in done.stdout, done.stderr
+    for seed in (0, 1):
+        for penalty in ("keep", "off"):
+            info = json.loads((tmp_path / f"ft-{seed}-{penalty}" / "run.json").read_text())
+            assert info["seed"] == seed and info["finetuned_from"]["penalty"] == penalty
+            assert info["generator"]["rollout"]["penalty_coef"] == (0 if penalty == "off" else 0.5)
+
+
 @pytest.mark.parametrize("settings, message", [
     (["dataset=hopper-medium"], "dataset=hopper-medium is hopper's data (11 observation and 3 action columns), but "),
     (["dataset=pendulum-medium", "data=merge"], "data=merge: the data rules are append"),

@@ -15,11 +15,13 @@ ordinary run's: ``resume=true`` continues a stopped fine-tuning run, a folder ho
 refused unless ``overwrite=true``, and reports read it. ``logger=wandb`` adds Weights & Biases. Every
 setting is checked before the checkpoint is read (mbrl_offline/configs/finetune.yaml); the
 checkpoint's own settings and the new data are checked before any training. ``--help`` lists the
-settings; ``--cfg job`` prints the composed config and trains nothing (mbrl_offline/finetune.py).
+settings; ``--cfg job`` prints the composed config and trains nothing (mbrl_offline/finetune.py). ``-m``
+runs a grid of fine-tuning runs through Hydra's launchers, as the train tool's does
+(``-m trainer.online.offline_ratio=0,0.5 trainer.seed=0,1,2 trainer.run_dir='runs/ft-${trainer.seed}-...'``).
 """
 from pathlib import Path
 
-from mbrl_offline.cli import cli_main, tool_config
+from mbrl_offline.cli import cli_main, tool_runs
 from mbrl_offline.config import CONFIG_DIR
 
 
@@ -64,16 +66,15 @@ def check(cfg) -> Path:
     return run_dir
 
 
-@cli_main
-def main(argv: list[str]) -> None:
+def run(cfg) -> None:
+    """One fine-tuning run of a composed and checked config."""
     import torch
     from omegaconf import OmegaConf
 
     from mbrl_offline import platform
     from mbrl_offline.finetune import build_finetune
 
-    cfg = tool_config(argv, __doc__, CONFIG_DIR, "finetune")
-    run_dir = check(cfg)
+    run_dir = run_dir_of(cfg)
     settings = given_settings(OmegaConf.to_container(cfg.trainer, resolve=True))
     settings["run_dir"] = str(run_dir)
     if cfg.online:
@@ -94,6 +95,11 @@ def main(argv: list[str]) -> None:
     summary = trainer.train(resume=cfg.resume, overwrite=cfg.overwrite)
     print(f"final normalised score {summary['final_score']:.1f} (return {summary['final_return']:.1f}); "
           f"mean of the last {min(10, summary['evaluations'])} evaluations {summary['last10_score']:.1f}")
+
+
+@cli_main
+def main(argv: list[str]) -> None:
+    tool_runs("finetune", argv, __doc__, CONFIG_DIR, "finetune", run, check, output=run_dir_of)
 
 
 if __name__ == "__main__":
