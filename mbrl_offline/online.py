@@ -32,9 +32,13 @@ Each epoch's record (``metrics.jsonl``, the trackers) has an ``online`` group: `
 ``episodes`` (finished, all so far) and ``return_mean`` / ``normalized_score`` of the episodes finished in
 the epoch (NaN where none finished). With ``refit_every`` an epoch in which the model was refitted also
 has a ``refit`` group: ``refits`` (all so far), and the last refit's ``epochs``, ``rows`` and
-``holdout_mse`` (the elites' mean). Agents of sequences (NEUBAY) are not supported yet: they learn from
-whole episodes of the real data, and their online episodes would need a sequence buffer that grows; the
-trainer refuses them in one line.
+``holdout_mse`` (the elites' mean).
+
+The agent acts through its episode policy (``Agent.episode_policy``), as evaluation does: a recurrent
+policy (NEUBAY's) carries its state through each episode, from the previous action and reward. An agent
+of sequences learns from whole episodes, so each online episode also joins its buffer of real episodes
+when it ends or is cut (`add_online_episodes`); its tapes then draw from the offline and online episodes
+alike, weighed by the generator's mixing rule.
 """
 from __future__ import annotations
 
@@ -70,9 +74,10 @@ def check_online(config: OnlineConfig, agent_cls, generator_config) -> None:
     online interaction cannot do with this agent class and generator config (None: no generator)."""
     if not config.enabled:
         return
-    if agent_cls.consumes == "sequences":
-        raise ConfigError(f"trainer.online.enabled=true: {agent_cls.name} learns from whole episodes, and online "
-                          f"interaction supports agents of transitions only so far; train {agent_cls.name} offline.")
+    if config.offline_ratio is not None and agent_cls.consumes == "sequences":
+        raise ConfigError(f"trainer.online.offline_ratio sets the share of offline rows in a batch of transitions, "
+                          f"and {agent_cls.name} learns from tapes of whole episodes (the generator's mixing rule "
+                          f"weighs them); leave trainer.online.offline_ratio null.")
     if config.refit_every is not None:
         from mbrl_offline.registry import GENERATORS
 
@@ -124,12 +129,15 @@ class MixedRealBuffer(TransitionBuffer):
 
 class OnlineInteraction:
     """The agent's steps in the real env during training (see the module docstring). ``buffer``: the run's
-    real buffer, with room for every online row after the offline ones."""
+    real buffer, with room for every online row after the offline ones; ``sequences``: for an agent of
+    sequences, its buffer of whole real episodes, which each online episode joins when it ends (or is
+    cut at an epoch's end). The agent acts through its episode policy (``Agent.episode_policy``, as in
+    evaluation), which carries a recurrent policy's state through the episode."""
 
     def __init__(self, config: OnlineConfig, agent, env_info, buffer: TransitionBuffer, seed: int,
-                 deterministic_policy: bool):
+                 deterministic_policy: bool, sequences=None):
         self.config, self.agent, self.env_info, self.buffer = config, agent, env_info, buffer
-        self.seed, self.deterministic_policy = seed, deterministic_policy
+        self.seed, self.deterministic_policy, self.sequences = seed, deterministic_policy, sequences
         kwargs = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
         try:
             self.env = env_info.make(**kwargs)
@@ -139,6 +147,8 @@ class OnlineInteraction:
                               f"(pip install 'gymnasium[mujoco]') or train offline.") from None
         self.low = self.env.action_space.low.astype(np.float32)
         self.high = self.env.action_space.high.astype(np.float32)
+        # a deterministic policy acts with its mode and explores with noise; any other samples
+        self.policy = agent.episode_policy(deterministic=deterministic_policy)
         self.env_steps = 0
         self.episodes = 0
         self.noise = np.random.default_rng(np.random.SeedSequence([seed, 7]))  # exploration noise: its own stream
@@ -147,8 +157,12 @@ class OnlineInteraction:
         self.finished: list[float] = []  # returns of the episodes finished in this epoch
 
     def _reset(self, *key: int) -> np.ndarray:
-        """The first observation of an episode reset with a seed drawn from the run seed and ``key``."""
+        """The first observation of an episode reset with a seed drawn from the run seed and ``key``; the
+        episode policy starts a fresh episode."""
         reset_seed = int(np.random.SeedSequence([self.seed, *key]).generate_state(1)[0] % 2**31)
+        self.policy.reset(1)
+        self.start, self.reward = True, 0.0  # the policy's inputs besides the observation
+        self.episode_first = len(self.buffer)  # the buffer row of the episode's first transition (it never wraps)
         return np.asarray(self.env.reset(seed=reset_seed)[0], dtype=np.float32)
 
     def start_epoch(self, epoch: int) -> None:
@@ -158,9 +172,11 @@ class OnlineInteraction:
         self.finished = []
 
     def action(self) -> np.ndarray:
+        action = np.asarray(self.policy(self.obs[None], np.array([self.reward], dtype=np.float32),
+                                        np.array([self.start]), np.zeros(1, dtype=np.int64))[0], dtype=np.float32)
+        self.start = False
         if not self.deterministic_policy:
-            return np.asarray(self.agent.act(self.obs, deterministic=False), dtype=np.float32)
-        action = np.asarray(self.agent.act(self.obs, deterministic=True), dtype=np.float32)
+            return action
         noise = self.noise.normal(0.0, self.config.exploration_noise, size=action.shape).astype(np.float32)
         return np.clip(action + noise * (self.high - self.low) / 2, self.low, self.high)
 
@@ -173,18 +189,27 @@ class OnlineInteraction:
                         next_observations=next_obs, terminals=bool(terminated), timeouts=bool(truncated))
         self.env_steps += 1
         self.episode_return += float(reward)
+        self.reward = float(reward)
         if terminated or truncated:
             self.episodes += 1
             self.finished.append(self.episode_return)
             self.episode_return = 0.0
+            self._episode_to_sequences()
             next_obs = self._reset(self.episodes, 13)
         self.obs = next_obs
+
+    def _episode_to_sequences(self) -> None:
+        """For an agent of sequences: the episode just ended (its rows from ``episode_first`` to the newest)
+        joins the buffer of whole episodes."""
+        if self.sequences is not None and len(self.buffer) > self.episode_first:
+            add_online_episodes(self.sequences, self.buffer, self.episode_first, len(self.buffer))
 
     def end_epoch(self) -> dict[str, float]:
         """Cut a running episode (its last transition becomes a timeout); the epoch's ``online`` record."""
         last = (self.buffer.cursor - 1) % self.buffer.capacity  # the newest online row
         if not (self.buffer.data["terminals"][last] or self.buffer.data["timeouts"][last]):
             self.buffer.data["timeouts"][last] = True
+            self._episode_to_sequences()
         returns = np.asarray(self.finished, dtype=np.float64)
         return {"env_steps": float(self.env_steps), "episodes": float(self.episodes),
                 "episodes_in_epoch": float(len(returns)),
@@ -201,4 +226,17 @@ class OnlineInteraction:
         self.noise.bit_generator.state = state["noise"]
 
 
-__all__ = ["OnlineConfig", "OnlineInteraction", "MixedRealBuffer", "check_online", "online_steps"]
+def add_online_episodes(sequences, buffer: TransitionBuffer, first: int, stop: int) -> None:
+    """Rows ``[first, stop)`` of the real buffer, whole episodes (each ends with a terminal or a timeout,
+    the last one at least cut), appended to the buffer of whole episodes ``sequences`` in order: one
+    episode as it ends, or every online row of a resumed run at once (the same buffer either way)."""
+    rows = {key: value[first:stop] for key, value in buffer.data.items()}
+    ends = rows["terminals"] | rows["timeouts"]
+    starts = torch.zeros_like(ends)
+    starts[0] = True
+    starts[1:] = ends[:-1]
+    sequences.add_episodes(starts, **rows)
+
+
+__all__ = ["OnlineConfig", "OnlineInteraction", "MixedRealBuffer", "add_online_episodes", "check_online",
+           "online_steps"]

@@ -63,7 +63,8 @@ from mbrl_offline.data.dataset import OfflineDataset, dataset_env, require_datas
 from mbrl_offline.errors import CheckpointError, ConfigError, InputTypeError, TrainingDiverged, type_name
 from mbrl_offline.evaluation import evaluate_policy
 from mbrl_offline.logging import RUN_FILES, RunLogger
-from mbrl_offline.online import MixedRealBuffer, OnlineConfig, OnlineInteraction, check_online, online_steps
+from mbrl_offline.online import (MixedRealBuffer, OnlineConfig, OnlineInteraction, add_online_episodes, check_online,
+                                 online_steps)
 from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.torch_files import save_plain
 from mbrl_offline.trackers import open_trackers, send_figures, tracker_config, tracker_folders
@@ -170,13 +171,13 @@ class Trainer:
                      if not online.enabled or online.offline_ratio is None else
                      MixedRealBuffer(capacity, dataset.obs_dim, dataset.act_dim, self.device, online.offline_ratio))
         self.real.add_dataset(dataset)  # every real row, which generators start from; online rows follow
-        self.online = (OnlineInteraction(online, agent, self.env, self.real, config.seed,
-                                         bool(getattr(agent, "deterministic_policy", False)))
-                       if online.enabled else None)
-        self.real_sequences = None  # the dataset's episodes, for an agent of sequences
+        self.real_sequences = None  # the dataset's episodes (and the online ones), for an agent of sequences
         if self.consumes == "sequences":
-            self.real_sequences = SequenceBuffer(len(dataset), dataset.obs_dim, dataset.act_dim, self.device)
+            self.real_sequences = SequenceBuffer(capacity, dataset.obs_dim, dataset.act_dim, self.device)
             self.real_sequences.add_dataset(dataset)
+        self.online = (OnlineInteraction(online, agent, self.env, self.real, config.seed,
+                                         bool(getattr(agent, "deterministic_policy", False)), self.real_sequences)
+                       if online.enabled else None)
         self.synthetic = None
         if generator is not None:
             buffer_cls = SequenceBuffer if generator.produces == "sequences" else TransitionBuffer
@@ -510,7 +511,10 @@ class Trainer:
             if len(saved_online["rows"]["rewards"]) > self.real.capacity - len(self.real):
                 raise CheckpointError(f"{path} holds more online rows than this run's schedule makes room for; resume "
                                       f"with the same trainer.epochs, updates_per_epoch and online settings.")
+            offline = len(self.real)
             self.real.add(**saved_online["rows"])
+            if self.real_sequences is not None and len(self.real) > offline:  # whole episodes, as they were added
+                add_online_episodes(self.real_sequences, self.real, offline, len(self.real))
             self.online.load_state_dict(saved_online["state"])
         self.epoch, self.history = state["epoch"], state["history"]
         if self.generator is not None:

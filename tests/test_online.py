@@ -128,10 +128,10 @@ def test_a_stopped_online_run_resumes_exactly(data, tmp_path):
 
 
 def test_what_cannot_run_online_is_refused_in_one_line(data, tmp_path, monkeypatch):
-    with pytest.raises(ConfigError, match="neubay learns from whole episodes, and online interaction supports agents "
-                                          "of transitions only"):
+    with pytest.raises(ConfigError, match="offline_ratio sets the share of offline rows in a batch of transitions, "
+                                          "and neubay learns from tapes of whole episodes"):
         agent, generator, _ = run_configs("neubay", "quick", env="pendulum")
-        build_run("neubay", data, agent, "none", config(tmp_path / "n"))
+        build_run("neubay", data, agent, "none", config(tmp_path / "n", offline_ratio=0.5))
     from mbrl_offline.algorithms.td3bc import TD3BC
     from mbrl_offline.data.envs import EnvInfo
     from mbrl_offline.trainer import Trainer
@@ -154,6 +154,38 @@ def test_what_cannot_run_online_is_refused_in_one_line(data, tmp_path, monkeypat
                          ({"exploration_noise": -0.1}, "exploration_noise")]:
         with pytest.raises(ConfigError, match=message):
             OnlineConfig(enabled=True, **bad)
+
+
+def test_an_agent_of_sequences_acts_with_its_state_and_learns_from_the_online_episodes(data, tmp_path):
+    """NEUBAY: its episode policy carries the recurrent state (and the previous action) through an online
+    episode; each episode joins the buffer of whole real episodes when it ends or is cut; resume is exact."""
+    agent, _, _ = run_configs("neubay", "quick", env="pendulum", overrides=[
+        "algo.d_model=8", "algo.d_hidden=8", "algo.head_hidden=16", "algo.batch_size=64"])
+
+    def run(name, callbacks=None, resume=False):
+        torch.manual_seed(0)
+        trainer = build_run("neubay", data, agent, "none", config(tmp_path / name, epochs=3, updates=150))
+        trainer.callbacks = list(callbacks or [])
+        trainer.train(resume=resume)
+        return trainer
+
+    with pytest.raises(Interrupt):
+        run("a", [StopAfterEpoch1()])
+    resumed = run("a", resume=True)
+    straight = run("b")
+    # the 50 offline episodes of 200 rows, then one online episode of 150 rows per epoch (cut at its end)
+    assert list(straight.real_sequences.episode_lengths) == [200] * 50 + [150] * 3
+    n = len(data)
+    for key, value in straight.real_sequences.data.items():
+        assert torch.equal(value[n:n + 450], straight.real.data[key][n:n + 450]), key
+        assert torch.equal(value, resumed.real_sequences.data[key]), key
+    drop_speed = lambda records: [{k: v for k, v in r.items() if k != "speed"} for r in records]  # noqa: E731
+    assert drop_speed(read_metrics(tmp_path / "a")) == drop_speed(read_metrics(tmp_path / "b"))
+    # the policy stepped the episode with its state: its previous action is the last one taken
+    policy = straight.online.policy
+    assert type(policy).__name__ == "RecurrentEpisodePolicy" and not policy.deterministic
+    assert torch.equal(policy.previous_actions[0].cpu(), straight.real.data["actions"][n + 449].cpu())
+    assert all(state.abs().sum() > 0 for state in policy.state)
 
 
 def test_the_contract_takes_deterministic_policy_as_a_flag_or_a_property():
