@@ -29,7 +29,8 @@ def _run(seed: int, arm: str, threads: int) -> tuple[int, str, float, float, lis
     import torch
 
     torch.set_num_threads(threads)
-    spec = importlib.util.spec_from_file_location("online_case", TEST_FILE)  # the tests are not a package
+    sys.path.insert(0, str(TEST_FILE.parent))  # the tests are not a package: their conftest is a plain module
+    spec = importlib.util.spec_from_file_location("online_case", TEST_FILE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     start = time.perf_counter()

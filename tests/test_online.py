@@ -105,20 +105,29 @@ def test_an_offline_ratio_draws_that_share_from_the_offline_rows(data, tmp_path)
     assert type(pooled.real).__name__ == "TransitionBuffer"
 
 
-def test_a_stopped_online_run_resumes_exactly(data, tmp_path):
-    def run(name, callbacks=None, resume=False):
+def stopped_resumed_and_straight(tmp_path, build):
+    """Run ``build(run_dir)``'s trainer (torch seeded with 0) stopped after epoch 1 and resumed in folder
+    ``a``, and straight through in ``b``; checks that both wrote the same records (but their speeds) and
+    returns the resumed trainer, the straight one and the records."""
+    def run(name, callbacks=(), resume=False):
         torch.manual_seed(0)
-        trainer = build_run("iql", data, small("iql"), "none", config(tmp_path / name, updates=150))
-        trainer.callbacks = list(callbacks or [])
+        trainer = build(tmp_path / name)
+        trainer.callbacks = list(callbacks)
         trainer.train(resume=resume)
         return trainer
 
     with pytest.raises(Interrupt):
         run("a", [StopAfterEpoch1()])
-    resumed = run("a", resume=True)
-    straight = run("b")
+    resumed, straight = run("a", resume=True), run("b")
     drop_speed = lambda records: [{k: v for k, v in r.items() if k != "speed"} for r in records]  # noqa: E731
-    assert drop_speed(read_metrics(tmp_path / "a")) == drop_speed(read_metrics(tmp_path / "b"))
+    records = read_metrics(tmp_path / "b")
+    assert drop_speed(read_metrics(tmp_path / "a")) == drop_speed(records)
+    return resumed, straight, records
+
+
+def test_a_stopped_online_run_resumes_exactly(data, tmp_path):
+    resumed, straight, _ = stopped_resumed_and_straight(tmp_path, lambda run_dir: build_run(
+        "iql", data, small("iql"), "none", config(run_dir, updates=150)))
     for key in resumed.real.data:
         assert torch.equal(resumed.real.data[key], straight.real.data[key]), key
     offline = build_run("iql", data, small("iql"), "none", TrainerConfig(
@@ -162,25 +171,14 @@ def test_an_agent_of_sequences_acts_with_its_state_and_learns_from_the_online_ep
     agent, _, _ = run_configs("neubay", "quick", env="pendulum", overrides=[
         "algo.d_model=8", "algo.d_hidden=8", "algo.head_hidden=16", "algo.batch_size=64"])
 
-    def run(name, callbacks=None, resume=False):
-        torch.manual_seed(0)
-        trainer = build_run("neubay", data, agent, "none", config(tmp_path / name, epochs=3, updates=150))
-        trainer.callbacks = list(callbacks or [])
-        trainer.train(resume=resume)
-        return trainer
-
-    with pytest.raises(Interrupt):
-        run("a", [StopAfterEpoch1()])
-    resumed = run("a", resume=True)
-    straight = run("b")
+    resumed, straight, _ = stopped_resumed_and_straight(tmp_path, lambda run_dir: build_run(
+        "neubay", data, agent, "none", config(run_dir, epochs=3, updates=150)))
     # the 50 offline episodes of 200 rows, then one online episode of 150 rows per epoch (cut at its end)
     assert list(straight.real_sequences.episode_lengths) == [200] * 50 + [150] * 3
     n = len(data)
     for key, value in straight.real_sequences.data.items():
         assert torch.equal(value[n:n + 450], straight.real.data[key][n:n + 450]), key
         assert torch.equal(value, resumed.real_sequences.data[key]), key
-    drop_speed = lambda records: [{k: v for k, v in r.items() if k != "speed"} for r in records]  # noqa: E731
-    assert drop_speed(read_metrics(tmp_path / "a")) == drop_speed(read_metrics(tmp_path / "b"))
     # the policy stepped the episode with its state: its previous action is the last one taken
     policy = straight.online.policy
     assert type(policy).__name__ == "RecurrentEpisodePolicy" and not policy.deterministic
@@ -215,28 +213,15 @@ def test_a_model_based_run_refits_its_model_every_n_env_steps_and_resumes_exactl
 
     cache = tmp_path / "cache"
 
-    def run(name, callbacks=None, resume=False):
-        torch.manual_seed(0)
-        agent, generator = model_based()
-        trainer = build_run("mopo", data, agent, generator, config(tmp_path / name, epochs=3, updates=100,
-                                                                   refit_every=70), cache_dir=cache)
-        trainer.callbacks = list(callbacks or [])
-        trainer.train(resume=resume)
-        return trainer
-
-    with pytest.raises(Interrupt):
-        run("a", [StopAfterEpoch1()])
-    state = read_checkpoint(tmp_path / "a" / "checkpoint.pt")
-    assert state["generator"]["state"]["refit"]["refits"] == 1  # the refit after env step 70, in the first epoch
-    resumed = run("a", resume=True)
-    straight = run("b")
-    records = read_metrics(tmp_path / "b")
+    resumed, straight, records = stopped_resumed_and_straight(tmp_path, lambda run_dir: build_run(
+        "mopo", data, *model_based(), config(run_dir, epochs=3, updates=100, refit_every=70), cache_dir=cache))
+    # the checkpoint holds the refits (the resumed run continued from the first epoch's, after env step 70)
+    state = read_checkpoint(tmp_path / "b" / "checkpoint.pt")
+    assert state["generator"]["state"]["refit"]["refits"] == 4
     # refits after env steps 70, 140, 210 and 280, each on every real row so far (an epoch records its last)
     assert [r["refit"]["refits"] for r in records] == [1, 2, 4]
     assert [r["refit"]["rows"] for r in records] == [len(data) + 70, len(data) + 140, len(data) + 280]
     assert all(1 <= r["refit"]["epochs"] <= 3 and r["refit"]["holdout_mse"] > 0 for r in records)
-    drop_speed = lambda records: [{k: v for k, v in r.items() if k != "speed"} for r in records]  # noqa: E731
-    assert drop_speed(read_metrics(tmp_path / "a")) == drop_speed(records)
     model = straight.generator.dynamics
     for key, value in model.state_dict().items():
         assert torch.equal(value, resumed.generator.dynamics.state_dict()[key]), key
