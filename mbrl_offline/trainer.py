@@ -195,8 +195,6 @@ class Trainer:
         self._checkpoints_written = 0  # by train(), in this process
         self.adjuster = None  # CDSA with ``adjust="cdsa"``, built by `train` before it writes anything
         self.origin: dict = {}  # where the run came from, for run.json (`mbrl_offline.finetune`: finetuned_from)
-        if generator is not None:
-            self._generator_model()  # the fingerprint of the model as built, before any refit changes it
 
     # ----------------------------------------------------------------------------------- loop
     def train(self, resume: bool = False, overwrite: bool = False) -> dict:
@@ -353,6 +351,7 @@ class Trainer:
         """The generator's ``refit`` on every real row so far, the offline data and the online rows
         (``trainer.online.refit_every``; `mbrl_offline.online`)."""
         start = time.perf_counter()
+        self._generator_model()  # the fingerprint of the model as the run was built with it, before it changes
         n = len(self.real)
         rows = {key: self.real.data[key][:n].cpu().numpy() for key in TRANSITION_FIELDS}
         data = OfflineDataset(**rows, env_name=self.env.name, source=f"{self.dataset.source} + {self.online.env_steps} "
@@ -467,7 +466,8 @@ class Trainer:
 
     def _generator_model(self) -> Optional[str]:
         """The fingerprint of the generator's model as the run was built with it (None without one),
-        computed once, when the trainer is built (online fine-tuning's refits change the model later)."""
+        computed once: at the first checkpoint, or before the first refit of online fine-tuning (which
+        changes the model) if that comes first."""
         if self._model_fingerprint is None and self.generator.model is not None:
             self._model_fingerprint = model_fingerprint(self.generator.model.state_dict())
         return self._model_fingerprint
