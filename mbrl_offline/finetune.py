@@ -60,7 +60,7 @@ def without_penalty(agent_cls, algo_config, generator_config):
 
     agent_off = replace(algo_config, **getattr(agent_cls, "penalty_off", {}))
     generator_off = generator_config.without_penalty()
-    changed = [f"algo.{k}" for k, v in asdict(agent_off).items() if asdict(algo_config)[k] != v]
+    changed = [f"algo.{k}" for k in _changed(asdict(algo_config), asdict(agent_off))]
     changed += [f"generator.{k}" for k in _changed(asdict(generator_config), asdict(generator_off))]
     return agent_off, generator_off, changed
 

@@ -136,7 +136,7 @@ class OnlineInteraction:
 
     def __init__(self, config: OnlineConfig, agent, env_info, buffer: TransitionBuffer, seed: int,
                  deterministic_policy: bool, sequences=None):
-        self.config, self.agent, self.env_info, self.buffer = config, agent, env_info, buffer
+        self.config, self.env_info, self.buffer = config, env_info, buffer
         self.seed, self.deterministic_policy, self.sequences = seed, deterministic_policy, sequences
         kwargs = {} if config.max_episode_steps is None else {"max_episode_steps": config.max_episode_steps}
         try:

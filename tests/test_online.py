@@ -293,3 +293,27 @@ def test_online_fine_tuning_raises_a_weak_offline_agent(tmp_path):
                                                         f"{[round(s, 1) for s in scores]}); base {before:.1f}, "
                                                         f"data {data_score:.1f}")
     assert read_metrics(tmp_path / "tuned")[-1]["online"]["env_steps"] == 6000
+
+
+def test_a_refit_of_a_standardised_model_keeps_the_statistics_it_was_built_with(data, tmp_path):
+    """RAMBO's recipe (``standardise_observations``): the refit trains the inner model on the rows
+    standardised with the offline data's statistics, which the wrapper keeps."""
+    from mbrl_offline.generators import build_generator
+    from mbrl_offline.generators.rollouts import StandardisedDynamics
+
+    _, generator_config = model_based()
+    generator_config = dataclasses.replace(generator_config, standardise_observations=True)
+    torch.manual_seed(0)
+    generator = build_generator(generator_config, data, "cpu", tmp_path / "cache", None, False)
+    wrapper = generator.dynamics
+    assert isinstance(wrapper, StandardisedDynamics)
+    mean, std = wrapper.obs_mean.clone(), wrapper.obs_std.clone()
+    shifted = dataclasses.replace(data, observations=data.observations + 1.0,
+                                  next_observations=data.next_observations + 1.0)
+    metrics = generator.refit(shifted)
+    assert metrics["refits"] == 1 and metrics["rows"] == len(data)
+    assert torch.equal(wrapper.obs_mean, mean) and torch.equal(wrapper.obs_std, std)
+    # the inner model's input statistics are those of the shifted rows in the kept coordinates
+    expected = torch.as_tensor((shifted.observations - mean.numpy()) / std.numpy()).mean(0)
+    assert torch.allclose(wrapper.inner.input_mean[:3], expected, atol=0.05)
+    assert not torch.allclose(wrapper.inner.input_mean[:3], torch.zeros(3), atol=0.1)

@@ -491,11 +491,12 @@ class StandardisedDynamics(nn.Module):
         return self.unstandardise(self.inner.sample_next_observations(self.standardise(obs), act, samples, generator))
 
 
-def standardised_dataset(dataset, eps: float):
+def standardised_dataset(dataset, eps: float = 0.0, statistics=None):
     """``dataset`` with observations and next observations standardised by the observations' mean and
-    (population) std + ``eps`` (OfflineRL-Kit's ``ReplayBuffer.normalize_obs``), and those statistics."""
-    mean = dataset.observations.mean(0)
-    std = dataset.observations.std(0) + eps
+    (population) std + ``eps`` (OfflineRL-Kit's ``ReplayBuffer.normalize_obs``), or by given ``statistics``
+    ``(mean, std)`` (a refit keeps its model's), and those statistics."""
+    mean, std = statistics if statistics is not None else (dataset.observations.mean(0),
+                                                           dataset.observations.std(0) + eps)
     copy_ = replace(dataset, observations=(dataset.observations - mean) / std,
                     next_observations=(dataset.next_observations - mean) / std,
                     source=f"{dataset.source} (observations standardised)")
@@ -815,11 +816,9 @@ class RolloutGenerator:
         model = self.rollouts.dynamics
         if isinstance(model, TrueDynamics):
             raise ConfigError("refit: this generator rolls out in the simulator, which has no model to refit.")
-        if isinstance(model, StandardisedDynamics):
-            dataset = replace(dataset, observations=(dataset.observations - model.obs_mean.cpu().numpy()) /
-                              model.obs_std.cpu().numpy(),
-                              next_observations=(dataset.next_observations - model.obs_mean.cpu().numpy()) /
-                              model.obs_std.cpu().numpy())
+        if isinstance(model, StandardisedDynamics):  # the statistics it was built with
+            dataset, _, _ = standardised_dataset(dataset, statistics=(model.obs_mean.cpu().numpy(),
+                                                                      model.obs_std.cpu().numpy()))
             model = model.inner
         log = model.fit(dataset, model.elites.device, progress=progress, min_epochs=0)
         self.rollouts.threshold = None  # MOReL's halt threshold: from the refitted model at the next generation
