@@ -129,24 +129,19 @@ def finetune_data(state: dict, checkpoint: Path, dataset: Optional[str], data: s
     return concatenate(original, new, f"{source} + {new.source}"), original
 
 
-def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: str = "append", model: str = "refit",
-                   trainer_settings: Optional[dict] = None, device: str | torch.device = "cpu",
-                   cache_dir: Optional[str | Path] = None, dynamics_path: Optional[str | Path] = None,
-                   callbacks: Optional[list] = None, penalty: str = "keep"):
-    """The `Trainer` that fine-tunes ``checkpoint``'s agent on ``dataset`` (a bundled name, a D4RL .hdf5
-    file or a Minari id; None: the checkpoint's own data) by rule ``data`` (``append``, ``replace``), with its
-    generator's model by rule ``model`` (``refit``, ``keep``), and the trainer settings ``trainer_settings``
-    (``{"run_dir": ..., "epochs": ..., "online": {"enabled": True}}``; a section's settings over the
-    checkpoint's section) over the checkpoint's, and the agent's and the generator's conservatism kept
-    (``penalty="keep"``) or turned off (``"off"``, `without_penalty`). Call ``train()`` on it."""
+def finetune_settings(checkpoint: str | Path, data: str = "append", model: str = "refit",
+                      trainer_settings: Optional[dict] = None, penalty: str = "keep"):
+    """The settings a fine-tuning run of ``checkpoint`` would have, checked before any data is loaded or
+    model fitted: ``(state, agent class, algo config, generator config, trainer config, settings that
+    penalty=off changed)``. `build_finetune` starts with it; a fine-tuning sweep (``mbrl-sweep
+    checkpoint=...``) checks its search space's extremes with it before the first trial."""
     from dataclasses import asdict
 
     from mbrl_offline.algorithms import get_algorithm
-    from mbrl_offline.checkpoint import model_fingerprint, read_checkpoint, saved_settings
-    from mbrl_offline.compose import assemble_run, check_pair
-    from mbrl_offline.config import check_device, config_to_dataclass
-    from mbrl_offline.errors import CheckpointError
-    from mbrl_offline.generators import GENERATORS, build_generator
+    from mbrl_offline.checkpoint import read_checkpoint, saved_settings
+    from mbrl_offline.compose import check_pair
+    from mbrl_offline.config import config_to_dataclass
+    from mbrl_offline.generators import GENERATORS
     from mbrl_offline.online import check_online
     from mbrl_offline.trainer import TrainerConfig
 
@@ -167,6 +162,28 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
         algo_config, generator_config, changed = without_penalty(agent_cls, algo_config, generator_config)
     check_pair(agent_cls, generator_config, algo_config)
     check_online(trainer_config.online, agent_cls, generator_config)  # before a model is fitted
+    return state, agent_cls, algo_config, generator_config, trainer_config, changed
+
+
+def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: str = "append", model: str = "refit",
+                   trainer_settings: Optional[dict] = None, device: str | torch.device = "cpu",
+                   cache_dir: Optional[str | Path] = None, dynamics_path: Optional[str | Path] = None,
+                   callbacks: Optional[list] = None, penalty: str = "keep"):
+    """The `Trainer` that fine-tunes ``checkpoint``'s agent on ``dataset`` (a bundled name, a D4RL .hdf5
+    file or a Minari id; None: the checkpoint's own data) by rule ``data`` (``append``, ``replace``), with its
+    generator's model by rule ``model`` (``refit``, ``keep``), and the trainer settings ``trainer_settings``
+    (``{"run_dir": ..., "epochs": ..., "online": {"enabled": True}}``; a section's settings over the
+    checkpoint's section) over the checkpoint's, and the agent's and the generator's conservatism kept
+    (``penalty="keep"``) or turned off (``"off"``, `without_penalty`). Call ``train()`` on it."""
+    from mbrl_offline.checkpoint import model_fingerprint
+    from mbrl_offline.compose import assemble_run
+    from mbrl_offline.config import check_device
+    from mbrl_offline.errors import CheckpointError
+    from mbrl_offline.generators import build_generator
+
+    checkpoint = Path(checkpoint)
+    state, agent_cls, algo_config, generator_config, trainer_config, changed = finetune_settings(
+        checkpoint, data, model, trainer_settings, penalty)
     device = check_device(device, "build_finetune's device")
     data_set, original = finetune_data(state, checkpoint, dataset, data, model)
     torch.manual_seed(trainer_config.seed)
@@ -191,5 +208,5 @@ def build_finetune(checkpoint: str | Path, dataset: Optional[str] = None, data: 
     return trainer
 
 
-__all__ = ["build_finetune", "concatenate", "check_finetune_settings", "without_penalty", "DATA_RULES", "MODEL_RULES",
+__all__ = ["build_finetune", "finetune_settings", "concatenate", "check_finetune_settings", "without_penalty", "DATA_RULES", "MODEL_RULES",
            "PENALTY_RULES"]

@@ -40,6 +40,7 @@ from mbrl_offline.errors import ConfigError
 SAMPLERS = ("tpe", "random", "grid")
 PRUNERS = ("median", "hyperband", "none")
 OBJECTIVES = ("last10", "final")
+JOBS = ("train", "finetune")
 PARAM_TYPES = ("float", "int", "categorical")
 
 
@@ -77,6 +78,7 @@ class SweepConfig:
     dir: str = "sweeps/sweep"  # trial runs (trial-NNNN/seed-S), sweep.json and the default storage
     heartbeat_seconds: int = 60  # RDB storages: a worker silent for twice this long is taken for dead
     for_algo: Optional[str] = None  # the algorithm the search space was written for (checked)
+    job: str = "train"  # what a trial runs: train (training runs) or finetune (fine-tuning runs of checkpoint=...)
     # parameter path -> {type: float|int, low, high, log, step} or {type: categorical, choices: [...]},
     # nested as in the training config: {algo: {eta: {type: float, low: 0.1, high: 10, log: true}}}
     space: dict = field(default_factory=dict)
@@ -90,6 +92,8 @@ class SweepConfig:
             raise ConfigError(f"sweep.seeds must be whole numbers >= 0, got {list(self.seeds)}.")
         if not str(self.dir).strip():
             raise ConfigError("sweep.dir is empty; name the sweep's folder, e.g. sweep.dir=sweeps/my-sweep.")
+        if self.job not in JOBS:
+            raise ConfigError(f"unknown sweep.job '{self.job}'; choose one of {', '.join(JOBS)}.")
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"unknown sweep.objective '{self.objective}'; choose one of {', '.join(OBJECTIVES)}.")
         if self.sampler.name not in SAMPLERS:
@@ -320,8 +324,11 @@ class OptunaReporter:
 RunTrial = Callable[[dict, int, Path, list], dict]
 
 
-def run_sweep(config: SweepConfig, run_trial: RunTrial, log: Callable[[str], None] = print):
+def run_sweep(config: SweepConfig, run_trial: RunTrial, log: Callable[[str], None] = print,
+              defines: Optional[dict] = None):
     """Run (or join, or resume) the study until ``config.n_trials`` trials are counted; returns it.
+    ``defines`` is what else a study keeps besides its space, seeds and objective (a fine-tuning sweep:
+    the checkpoint), checked like them when the study is resumed.
 
     ``run_trial(params, seed, run_dir, callbacks)`` trains one run: ``params`` maps parameter paths to
     values, ``callbacks`` go to the `Trainer` (they report and prune), and when ``run_dir`` holds a
@@ -336,7 +343,7 @@ def run_sweep(config: SweepConfig, run_trial: RunTrial, log: Callable[[str], Non
     storage = open_storage(location, config.heartbeat_seconds, retry_interrupted)
     study = optuna.create_study(study_name=config.study_name, storage=storage, direction="maximize",
                                 sampler=make_sampler(config), pruner=make_pruner(config), load_if_exists=True)
-    _check_same_study(study, config)
+    _check_same_study(study, config, defines)
     _write_sweep_file(sweep_dir, location, config)
     worker = f"{socket.gethostname()}:{os.getpid()}"
 
@@ -393,7 +400,13 @@ def make_sampler(config: SweepConfig):
         return optuna.samplers.GridSampler({path: spec["choices"] for path, spec in config.parameters.items()},
                                            seed=seed)
 
-    return build(None) if sampler.seed is None else _trial_seeded(build, sampler.seed)
+    if sampler.seed is None or sampler.name == "grid":
+        # The grid sampler is made once: its seed shuffles the grid, and a trial's grid point is that
+        # order's entry at the trial's number (or an unvisited one, from the storage). Made again per
+        # trial with another seed, each trial read another order, and a grid of 5 ran 2 points twice and
+        # 2 never. With a fixed seed every process and every resume reads the same order.
+        return build(sampler.seed)
+    return _trial_seeded(build, sampler.seed)
 
 
 def _trial_seeded(build, seed: int):
@@ -451,11 +464,12 @@ def _grid_done(study, config: SweepConfig) -> bool:
     return counted_trials(study) >= grid_size
 
 
-def _check_same_study(study, config: SweepConfig) -> None:
-    """A study keeps its search space, seeds and objective: trials made with others are not comparable."""
+def _check_same_study(study, config: SweepConfig, defines: Optional[dict] = None) -> None:
+    """A study keeps its search space, seeds and objective (and ``defines``): trials made with others are
+    not comparable."""
     # through JSON, as the storage keeps it (tuples become lists)
     defining = json.loads(json.dumps({"space": config.parameters, "seeds": list(config.seeds),
-                                      "objective": config.objective}))
+                                      "objective": config.objective, **(defines or {})}))
     stored = study.user_attrs.get("definition")
     if stored is None:
         study.set_user_attr("definition", defining)

@@ -197,3 +197,70 @@ def test_penalty_off_turns_the_agent_s_and_the_generator_s_conservatism_off(trai
 def test_python_refusals_name_the_fix(trained):
     with pytest.raises(ConfigError, match="data=replace needs the new data"):
         build_finetune(trained / "run" / "checkpoint.pt", data="replace")
+
+
+# ------------------------------------------------------------------------------- sweeps over fine-tuning
+def sweep(cwd, *settings):
+    return subprocess.run([sys.executable, str(ROOT / "examples" / "sweep.py"), "trainer.progress=false",
+                           "trainer.tensorboard=false", "torch_threads=1", *settings],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_a_sweep_over_online_fine_tuning_settings(trained, tmp_path):
+    """``mbrl-sweep checkpoint=...``: every trial is a fine-tuning run of the checkpoint with the trial's
+    settings (a grid over MOPO's penalty and its model's refit interval), reported like any sweep; the
+    study keeps its checkpoint."""
+    checkpoint = trained / "run" / "checkpoint.pt"
+    common = [f"checkpoint={checkpoint}", "online=true", f"dynamics_cache={trained / 'cache'}", "trainer.epochs=1",
+              "trainer.updates_per_epoch=260", "trainer.eval_episodes=1", "sweep.pruner.name=none"]
+    done = sweep(tmp_path, *common, "sweep=finetune-mbpo", "sweep.n_trials=6")
+    assert done.returncode == 0, done.stderr
+    folder = tmp_path / "sweeps" / "run-finetune"  # the checkpoint's run folder's name
+    assert f"study 'run-finetune' in sweeps/run-finetune: 6 trials" in done.stdout
+    from mbrl_offline.tune import load_sweep
+
+    study, _ = load_sweep(folder)
+    seen = set()
+    for trial in study.get_trials():
+        assert trial.state.name == "COMPLETE"
+        info = json.loads((folder / trial.user_attrs["trial_dir"] / "seed-0" / "run.json").read_text())
+        penalty, refit_every = trial.params["penalty"], trial.params["trainer.online.refit_every"]
+        seen.add((penalty, refit_every))
+        assert info["finetuned_from"]["checkpoint"] == str(checkpoint) and info["finetuned_from"]["online"]
+        assert info["finetuned_from"]["penalty"] == penalty and info["trainer"]["online"]["refit_every"] == refit_every
+        assert (info["generator"]["rollout"]["penalty_coef"] == 0) == (penalty == "off")
+        refits = [m.get("refit", {}).get("refits") for m in read_metrics(folder / trial.user_attrs["trial_dir"] / "seed-0")]
+        assert refits[-1] == (1 if refit_every == 250 else None)  # 260 env steps: one refit at 250, none at 1000
+    assert seen == {(p, r) for p in ("keep", "off") for r in (None, 250, 1000)}  # the grid, each point once
+    report = subprocess.run([sys.executable, str(ROOT / "examples" / "report.py"), str(folder), "--out", str(tmp_path / "report")],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert report.returncode == 0 and "Sweep `run-finetune`" in (tmp_path / "report" / "report.md").read_text(), report.stderr
+    # the same study with another checkpoint is refused
+    other = tmp_path / "other" / "checkpoint.pt"
+    other.parent.mkdir()
+    other.write_bytes(checkpoint.read_bytes())
+    again = sweep(tmp_path, *[s.replace(str(checkpoint), str(other)) for s in common], "sweep=finetune-mbpo",
+                  f"sweep.dir={folder}", "sweep.study_name=run-finetune")
+    assert again.returncode == 2 and "was started with another checkpoint" in again.stderr, again.stderr
+
+
+@pytest.mark.parametrize("settings, message", [
+    (["online=true", "sweep=finetune-penalty", "TD3BC"], "penalty=off turns nothing off for this checkpoint's agent"),
+    (["sweep=finetune"], "trainer.online.offline_ratio acts only online; add online=true"),
+    (["online=true", "sweep=mopo"], "that search space is for training runs"),
+    (["online=true", "sweep=finetune-mbpo", "TD3BC"], "refits the generator's model, and this run has no generator"),
+    (["online=true", "trainer.epochs=0"], "trainer.epochs"),
+])
+def test_a_fine_tuning_sweep_checks_its_space_before_any_trial(trained, tmp_path, settings, message):
+    checkpoint = trained / "run" / "checkpoint.pt"
+    if "TD3BC" in settings:  # a model-free agent without a penalty to turn off
+        settings.remove("TD3BC")
+        torch.manual_seed(0)
+        algo, _, _ = run_configs("td3bc", "quick", env="pendulum", overrides=["algo.hidden_size=16"])
+        build_run("td3bc", load_dataset("pendulum-random"), algo, "none", trainer_config(tmp_path / "td3bc")).train()
+        checkpoint = tmp_path / "td3bc" / "checkpoint.pt"
+    done = sweep(tmp_path, f"checkpoint={checkpoint}", f"sweep.dir={tmp_path / 'out'}", *settings)
+    assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert not (tmp_path / "out").exists()
+    training = sweep(tmp_path, "algo=td3bc", "env=pendulum", "sweep=finetune", f"sweep.dir={tmp_path / 'out'}")
+    assert training.returncode == 2 and "that search space is for fine-tuning runs" in training.stderr

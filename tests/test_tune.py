@@ -206,6 +206,18 @@ def test_a_resumed_study_draws_what_one_process_would(tmp_path, sampler):
     assert drawn == [t.params["algo.eta"] for t in in_one_go.get_trials()]
 
 
+@pytest.mark.parametrize("resumes", [False, True])
+def test_a_grid_sweep_runs_every_point_once(tmp_path, resumes):
+    """A grid of 3 x 2 in 6 trials runs each combination once, in one process or resumed after each trial."""
+    space = {"algo": {"alpha": {"type": "categorical", "choices": [1.0, 2.5, 4.0]}},
+             "penalty": {"type": "categorical", "choices": ["keep", "off"]}}
+    settings = dict(space=space, sampler=SamplerConfig(name="grid"), pruner=PrunerConfig(name="none"))
+    for n_trials in (range(1, 7) if resumes else [6]):
+        study = run_sweep(config(tmp_path, n_trials=n_trials, **settings), scripted_run([50.0] * 6), log=lambda _: None)
+    points = sorted((t.params["algo.alpha"], t.params["penalty"]) for t in study.get_trials())
+    assert points == sorted((a, p) for a in (1.0, 2.5, 4.0) for p in ("keep", "off"))
+
+
 def test_a_journal_file_study_is_readable_from_any_folder(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     run_sweep(config(tmp_path, n_trials=2, storage="studies/test.journal"), scripted_run([40.0, 45.0]),

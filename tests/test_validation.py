@@ -97,7 +97,7 @@ BAD_SETTINGS = [(cls, field, value) for cls in SAC_FAMILY for field, value in SA
     (SweepConfig, "n_trials", 0), (SweepConfig, "seeds", ()), (SweepConfig, "seeds", (-1,)),
     (SweepConfig, "objective", "best"), (SweepConfig, "heartbeat_seconds", 0), (SweepConfig, "dir", ""),
     (SweepConfig, "space", {"algo": 3}), (SweepConfig, "sampler", SamplerConfig(name="cmaes")),
-    (SweepConfig, "pruner", PrunerConfig(name="asha")),
+    (SweepConfig, "pruner", PrunerConfig(name="asha")), (SweepConfig, "job", "evaluate"),
     (SamplerConfig, "seed", -1), (SamplerConfig, "n_startup_trials", -1),
     (PrunerConfig, "n_startup_trials", -1), (PrunerConfig, "n_warmup_epochs", -2),
     (CollectConfig, "env", "pendulumm"), (CollectConfig, "levels", ("mediocre",)), (CollectConfig, "seed", -1),

@@ -66,33 +66,55 @@ def check(cfg) -> Path:
     return run_dir
 
 
-def run(cfg) -> None:
-    """One fine-tuning run of a composed and checked config."""
-    import torch
+def trainer_settings(cfg) -> dict:
+    """The trainer settings the fine-tuning run gets over the checkpoint's: those given, the run folder,
+    and ``online.enabled`` from ``online=true``."""
     from omegaconf import OmegaConf
+
+    settings = given_settings(OmegaConf.to_container(cfg.trainer, resolve=True))
+    settings["run_dir"] = str(run_dir_of(cfg))
+    if cfg.online:
+        settings["online"] = {**settings.get("online", {}), "enabled": True}
+    return settings
+
+
+def check_settings(cfg) -> list[str]:
+    """`check`, then the checkpoint's settings with these over them (`mbrl_offline.finetune.finetune_settings`),
+    without loading data or fitting a model. Returns the settings ``penalty=off`` changes (none with
+    ``penalty=keep``). A fine-tuning sweep checks its search space with it."""
+    from mbrl_offline.finetune import finetune_settings
+
+    check(cfg)
+    return finetune_settings(cfg.checkpoint, cfg.data, cfg.model, trainer_settings(cfg), cfg.penalty)[-1]
+
+
+def build(cfg, callbacks: list | None = None):
+    """The fine-tuning `Trainer` of a composed and checked config (``callbacks`` go to it)."""
+    import torch
 
     from mbrl_offline import platform
     from mbrl_offline.finetune import build_finetune
 
-    run_dir = run_dir_of(cfg)
-    settings = given_settings(OmegaConf.to_container(cfg.trainer, resolve=True))
-    settings["run_dir"] = str(run_dir)
-    if cfg.online:
-        settings["online"] = {**settings.get("online", {}), "enabled": True}
     if cfg.torch_threads:
         torch.set_num_threads(cfg.torch_threads)
     if cfg.keep_freed_memory and torch.device(cfg.device).type == "cpu":
         platform.keep_freed_memory()
-    trainer = build_finetune(cfg.checkpoint, cfg.dataset, cfg.data, cfg.model, settings, cfg.device,
-                             cache_dir=cfg.dynamics_cache, dynamics_path=cfg.dynamics_path, penalty=cfg.penalty)
+    trainer = build_finetune(cfg.checkpoint, cfg.dataset, cfg.data, cfg.model, trainer_settings(cfg), cfg.device,
+                             cache_dir=cfg.dynamics_cache, dynamics_path=cfg.dynamics_path, callbacks=callbacks,
+                             penalty=cfg.penalty)
     origin = trainer.origin["finetuned_from"]
     print(f"fine-tuning {trainer.agent.name} from {cfg.checkpoint} (epoch {origin['epoch']}) on {trainer.dataset.source} "
           f"({len(trainer.dataset)} transitions; data={cfg.data}"
           + (f", model={cfg.model}" if trainer.generator is not None else "")
           + (", online" if trainer.online is not None else "")
           + (f", penalty off: {', '.join(origin['penalty_off']) or 'none to turn off'}" if cfg.penalty == "off" else "")
-          + f"); run folder {run_dir}", flush=True)
-    summary = trainer.train(resume=cfg.resume, overwrite=cfg.overwrite)
+          + f"); run folder {run_dir_of(cfg)}", flush=True)
+    return trainer
+
+
+def run(cfg) -> None:
+    """One fine-tuning run of a composed and checked config."""
+    summary = build(cfg).train(resume=cfg.resume, overwrite=cfg.overwrite)
     print(f"final normalised score {summary['final_score']:.1f} (return {summary['final_return']:.1f}); "
           f"mean of the last {min(10, summary['evaluations'])} evaluations {summary['last10_score']:.1f}")
 
