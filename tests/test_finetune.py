@@ -250,6 +250,7 @@ def test_a_sweep_over_online_fine_tuning_settings(trained, tmp_path):
     (["online=true", "sweep=mopo"], "that search space is for training runs"),
     (["online=true", "sweep=finetune-mbpo", "TD3BC"], "refits the generator's model, and this run has no generator"),
     (["online=true", "trainer.epochs=0"], "trainer.epochs"),
+    (["online=true", "checkpoint=nowhere.pt"], "checkpoint=nowhere.pt: no such file"),
 ])
 def test_a_fine_tuning_sweep_checks_its_space_before_any_trial(trained, tmp_path, settings, message):
     checkpoint = trained / "run" / "checkpoint.pt"
@@ -259,7 +260,9 @@ def test_a_fine_tuning_sweep_checks_its_space_before_any_trial(trained, tmp_path
         algo, _, _ = run_configs("td3bc", "quick", env="pendulum", overrides=["algo.hidden_size=16"])
         build_run("td3bc", load_dataset("pendulum-random"), algo, "none", trainer_config(tmp_path / "td3bc")).train()
         checkpoint = tmp_path / "td3bc" / "checkpoint.pt"
-    done = sweep(tmp_path, f"checkpoint={checkpoint}", f"sweep.dir={tmp_path / 'out'}", *settings)
+    if not any(s.startswith("checkpoint=") for s in settings):
+        settings.append(f"checkpoint={checkpoint}")
+    done = sweep(tmp_path, f"sweep.dir={tmp_path / 'out'}", *settings)
     assert done.returncode == 2 and message in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "out").exists()
     training = sweep(tmp_path, "algo=td3bc", "env=pendulum", "sweep=finetune", f"sweep.dir={tmp_path / 'out'}")
