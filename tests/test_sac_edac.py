@@ -44,6 +44,28 @@ def test_ensemble_linear_matches_each_members_affine_map(out_features, shared_in
         torch.testing.assert_close(grad, expected_grad)
 
 
+@pytest.mark.parametrize("members, rows", [(2, 2048), (16, 256), (17, 256)])
+def test_a_one_column_layer_takes_either_form_with_each_members_values_and_gradients(monkeypatch, members, rows,
+                                                                                   device):
+    """A one-column output layer (`_one_column`): the product through every member's column, at the
+    threshold lowered to these sizes (2 and 16 members; 17 stays with the product and the sum), gives
+    each member's own affine map and its gradients in the input, the weights and the biases."""
+    from mbrl_offline.models import ensemble
+
+    monkeypatch.setattr(ensemble, "COLUMN_PRODUCT_FROM", 1)
+    torch.manual_seed(0)
+    layer = EnsembleLinear(32, 1, ensemble_size=members).to(device)
+    x = torch.randn(members, rows, 32, device=device, requires_grad=True)
+    out = layer(x)
+    expected = torch.stack([x[i] @ layer.weight[i] + layer.bias[i] for i in range(members)])
+    torch.testing.assert_close(out, expected)
+    upstream = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (x, layer.weight, layer.bias), upstream)
+    expected_grads = torch.autograd.grad(expected, (x, layer.weight, layer.bias), upstream)
+    for grad, expected_grad in zip(grads, expected_grads):  # sums over up to 2048 rows, in another order
+        torch.testing.assert_close(grad, expected_grad, rtol=1e-4, atol=1e-4)
+
+
 def test_explicit_action_gradient_matches_autograd(device):
     torch.manual_seed(0)
     critic = CriticEnsemble(5, 3, num_critics=4, hidden_size=32, hidden_layers=3, init="edac").to(device)

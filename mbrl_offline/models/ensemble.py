@@ -89,16 +89,37 @@ class EnsembleLinear(nn.Module):
                 out = torch.baddbmm(out, part.expand(members_n, *part.shape), rows)
             return out if parts_rows else out.contiguous()
         if self.out_features == 1:
-            # One output column makes bmm a batched matrix-vector product, which CPU BLAS runs slowly,
-            # forward and for the weight gradient a^T dq: a product and a sum are faster here
-            # (docs/performance.md).
-            return (x * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
+            return _one_column(x, weight, bias)
         if x.dim() == 2:  # a shared input: a stride-0 view, no copy per member
             x = x.expand(weight.shape[0], *x.shape)
         return torch.baddbmm(bias, x, weight)
 
     def extra_repr(self) -> str:
         return f"in={self.in_features}, out={self.out_features}, members={self.ensemble_size}"
+
+
+# `_one_column`'s choice: a plain product through every member's column at activations of this many
+# elements or more, for this many members or fewer (below: the product and the sum)
+COLUMN_PRODUCT_FROM, COLUMN_PRODUCT_MEMBERS = 1 << 20, 16
+
+
+def _one_column(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A one-column output layer: ``x (N, B, in)`` or shared ``(B, in)``, ``weight (N, in, 1)``, ``bias
+    (N, 1, 1)`` -> ``(N, B, 1)``.
+
+    bmm would run it as a batched matrix-vector product, which CPU BLAS runs slowly, forward and for the
+    weight gradient. Small activations take a product and a sum (`x * w`, summed over in). Large ones,
+    for a few members, take one plain product of every row with every member's column, ``(N B, in) x
+    (in, N)``, and keep each row's own member (the diagonal). That is N times the multiplications,
+    which are few here, and it passes over the activations once forward and twice backward, where the
+    product and the sum take about five passes. CQL's regulariser (2 critics x 7,680 rows x 256) and
+    NEUBAY's heads (10 x 2,047 x 256) are such activations (docs/performance.md measures the gain). The
+    sums are the same, added in another order."""
+    if x.dim() == 3 and x.shape[0] <= COLUMN_PRODUCT_MEMBERS and x.numel() >= COLUMN_PRODUCT_FROM:
+        members, rows, width = x.shape
+        every = x.reshape(members * rows, width) @ weight.squeeze(-1).T  # row r of member m through every column
+        return every.view(members, rows, members).diagonal(dim1=0, dim2=2).T.unsqueeze(-1) + bias
+    return (x * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
 
 
 class EnsembleLayerNorm(nn.Module):
