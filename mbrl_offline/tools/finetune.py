@@ -44,6 +44,16 @@ def given_settings(settings: dict) -> dict:
     return given
 
 
+def check_checkpoint(checkpoint) -> None:
+    """``checkpoint=`` names a file (the fine-tuning tool, and the sweep tool's fine-tuning sweeps)."""
+    from mbrl_offline.errors import ConfigError
+
+    if not checkpoint:
+        raise ConfigError("give the checkpoint to fine-tune: checkpoint=runs/<run>/checkpoint.pt")
+    if not Path(checkpoint).is_file():
+        raise ConfigError(f"checkpoint={checkpoint}: no such file; give a run's checkpoint.pt.")
+
+
 def check(cfg) -> Path:
     """The settings, before the checkpoint is read; returns the run folder."""
     from mbrl_offline.config import check_device, check_writable_dir
@@ -51,10 +61,7 @@ def check(cfg) -> Path:
     from mbrl_offline.finetune import check_finetune_settings
     from mbrl_offline.trainer import check_run_dir
 
-    if not cfg.checkpoint:
-        raise ConfigError("give the checkpoint to fine-tune: checkpoint=runs/<run>/checkpoint.pt")
-    if not Path(cfg.checkpoint).is_file():
-        raise ConfigError(f"checkpoint={cfg.checkpoint}: no such file; give a run's checkpoint.pt.")
+    check_checkpoint(cfg.checkpoint)
     check_finetune_settings(cfg.data, cfg.model, cfg.penalty)
     check_device(cfg.device, "device")
     run_dir = run_dir_of(cfg)

@@ -40,9 +40,7 @@ def main(argv: list[str]) -> None:
     if finetuning:
         from mbrl_offline.tools import finetune
 
-        if not cfg.checkpoint or not Path(cfg.checkpoint).is_file():
-            raise ConfigError(f"checkpoint={cfg.checkpoint or ''}: no such file; give the checkpoint whose fine-tuning "
-                              f"to tune: checkpoint=runs/<run>/checkpoint.pt")
+        finetune.check_checkpoint(cfg.checkpoint)  # before the space is checked with it
         name = Path(cfg.checkpoint).resolve().parent.name + "-finetune"  # the defaults of study_name and dir
         cfg.sweep.study_name = cfg.sweep.study_name or name
         cfg.sweep.dir = cfg.sweep.dir or f"sweeps/{name}"
