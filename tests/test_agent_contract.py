@@ -31,6 +31,7 @@ from mbrl_offline.config import config_to_dataclass
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.generators import GENERATORS, NoGeneratorConfig
 from mbrl_offline.models import products
+from mbrl_offline.models.recurrent import EnsembleHeads, FusedKernels
 from mbrl_offline.roles import (Agent, AgentClass, EpisodePolicy, Generator, GeneratorClass, GeneratorConfig, Mixing,
                                 Policy)
 from mbrl_offline.policies import history_inputs
@@ -195,6 +196,8 @@ def test_an_interrupted_run_resumes_exactly(name, data, cache, tmp_path, monkeyp
     # goes there at these sizes too, on any CPU
     monkeypatch.setattr(products, "MIN_MULTIPLY_ADDS", 0)
     monkeypatch.setattr(products, "ROUTE_CPU", products.available())
+    # and NEUBAY's critic heads run their compiled kernels (`FusedKernels`) at these sizes too
+    monkeypatch.setattr(FusedKernels, "FUSE_FROM", 0)
 
     straight = trainer_for(name, data, cache, tmp_path / "straight")
     straight.train()
@@ -207,6 +210,10 @@ def test_an_interrupted_run_resumes_exactly(name, data, cache, tmp_path, monkeyp
             for a, b in zip(value.values(), resumed.agent.state_dict()[key].values()):
                 assert torch.equal(a, b), f"{name}: {key} differs after resuming"
     assert [h["normalized_score"] for h in straight.history] == [h["normalized_score"] for h in resumed.history]
+    fused = [m for v in vars(straight.agent).values() if isinstance(v, torch.nn.Module)
+             for m in v.modules() if isinstance(m, EnsembleHeads) and m.fused]
+    if fused:  # the compiled kernels ran (a failed compilation would have run them eagerly)
+        assert FusedKernels.failed is None and FusedKernels._compiled
 
 
 def learned_tensors(agent) -> list[torch.Tensor]:

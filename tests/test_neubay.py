@@ -391,3 +391,30 @@ def test_config_errors():
     with pytest.raises(ConfigError):
         NEUBAYConfig(actor_lr_ratio=1.5)
     assert NEUBAYConfig(target_alpha_ratio=None).target_alpha_ratio is None
+
+
+def test_the_update_with_compiled_critic_heads_equals_the_eager_update(monkeypatch):
+    """Three updates from the same state, tapes and draws with the critic heads' compiled kernels
+    (`FusedKernels`, forced on at these sizes) and without them: the metrics and every learned weight
+    agree up to float rounding, and the compiled kernels ran."""
+    from mbrl_offline.models.recurrent import FusedKernels
+
+    monkeypatch.setattr(FusedKernels, "FUSE_FROM", 0)
+    monkeypatch.setattr(FusedKernels, "failed", None)
+
+    def trained(fused: bool):
+        agent = make_agent(seed=3, fused_heads=fused, num_critics=10)
+        metrics = []
+        for step in range(3):
+            torch.manual_seed(10 + step)
+            metrics.append(agent.update(hand_tape(seed=step)))
+        return metrics, [p.detach().clone() for m in (agent.actor, agent.critic, agent.target_critic) for p in m.parameters()]
+
+    fused_metrics, fused_weights = trained(True)
+    assert FusedKernels.failed is None and FusedKernels._compiled
+    eager_metrics, eager_weights = trained(False)
+    for got, want in zip(fused_metrics, eager_metrics):
+        for key in want:
+            torch.testing.assert_close(got[key], want[key], rtol=1e-4, atol=1e-6, msg=key)
+    for got, want in zip(fused_weights, eager_weights):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-6)

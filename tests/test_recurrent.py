@@ -2,6 +2,7 @@
 (values and gradients, resets), carried state, initialisation, the sequence layer against a hand
 forward, the GRU's packed episodes against a masked loop, and the batched heads."""
 import math
+import warnings
 
 import pytest
 import torch
@@ -281,3 +282,62 @@ def test_heads_on_input_parts_equal_the_heads_on_their_concatenation():
             torch.testing.assert_close(got, want)
     with pytest.raises(InputError, match="7 wide"):
         heads([features, actions[:, :1]])
+
+
+@pytest.mark.parametrize("layers, out_dim", [(2, 1), (3, 1), (2, 4)])
+def test_fused_heads_give_the_eager_heads_values_and_gradients(monkeypatch, layers, out_dim):
+    """The heads with their elementwise work compiled (`FusedKernels`, forced on at these small sizes)
+    give the eager heads' values and the gradients of every input and parameter, for all heads and a
+    subset, on input parts and a whole input, with and without autograd; the kernels were compiled."""
+    from mbrl_offline.models.recurrent import FusedKernels
+
+    monkeypatch.setattr(FusedKernels, "FUSE_FROM", 0)
+    monkeypatch.setattr(FusedKernels, "failed", None)
+    torch.manual_seed(0)
+    eager = EnsembleHeads(7, out_dim, members=4, hidden=16, layers=layers, final_scale=0.01)
+    with torch.no_grad():
+        for norm in eager.norms:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.uniform_(-0.5, 0.5)
+        eager.out.bias.uniform_(-1, 1)
+    fused = EnsembleHeads(7, out_dim, members=4, hidden=16, layers=layers, final_scale=0.01, fused=True)
+    fused.load_state_dict(eager.state_dict())
+    features, actions = torch.randn(9, 5, requires_grad=True), torch.randn(9, 2, requires_grad=True)
+    for members in (None, torch.tensor([3, 1])):
+        for x in ([features, actions], torch.cat([features, actions], dim=-1)):
+            want, got = eager(x, members), fused(x, members)
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+            weights = torch.randn_like(want)
+            grads = [torch.autograd.grad((out * weights).sum(), [features, actions, *module.parameters()])
+                     for module, out in ((eager, want), (fused, got))]
+            for g, w in zip(grads[1], grads[0]):
+                torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+            with torch.no_grad():
+                torch.testing.assert_close(fused(x, members), want, rtol=1e-5, atol=1e-6)
+    assert FusedKernels.failed is None and FusedKernels._compiled
+
+
+def test_fused_heads_run_eagerly_after_one_warning_where_compiling_fails(monkeypatch):
+    from mbrl_offline.models.recurrent import FusedKernels
+
+    def no_compiler(fn, **kwargs):
+        def fails(*args):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found\nmore lines")
+        return fails
+
+    monkeypatch.setattr(FusedKernels, "FUSE_FROM", 0)
+    monkeypatch.setattr(FusedKernels, "failed", None)
+    monkeypatch.setattr(FusedKernels, "_compiled", {})
+    monkeypatch.setattr(torch, "compile", no_compiler)
+    torch.manual_seed(0)
+    heads = EnsembleHeads(7, 1, members=3, hidden=8, fused=True)
+    x = torch.randn(6, 7)
+    with pytest.warns(UserWarning, match="could not be compiled .*No working C\\+\\+ compiler found\\).*eagerly"):
+        out = heads(x)
+    assert FusedKernels.failed.startswith("RuntimeError: InvalidCxxCompiler")
+    heads.fused = False
+    torch.testing.assert_close(out, heads(x))
+    heads.fused = True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one warning per process, not per call
+        torch.testing.assert_close(heads(x), out)

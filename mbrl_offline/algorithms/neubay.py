@@ -50,7 +50,11 @@ Deviations from the official code, none of which changes a loss's expectation:
 * `act` on a bare observation acts as at an episode's first step (zero state, no previous action and
   reward): evaluation goes through `episode_policy`, which carries the state;
 * on an AMD CPU with AVX-512 the encoders' products and the critic heads' first layer run on oneDNN
-  rather than MKL (`mbrl_offline.models.recurrent`, `mbrl_offline.models.products`): float rounding only.
+  rather than MKL (`mbrl_offline.models.recurrent`, `mbrl_offline.models.products`): float rounding only;
+* on a CPU, at sizes where it pays (10 heads x 2047 rows x 256 does), the critic heads' LayerNorm,
+  affine map, leaky ReLU and output column run as compiled fused kernels (``fused_heads``,
+  `mbrl_offline.models.recurrent.FusedKernels`; the official code's XLA fuses them too): float rounding
+  only. Without a C++ compiler they run eagerly, after one warning.
 """
 from __future__ import annotations
 
@@ -105,6 +109,7 @@ class NEUBAYConfig:
     adam_eps: float = 1e-8
     grad_clip: float = 1000.0  # global-norm clip, per parameter group (encoder / head of actor / critic)
     fused_adam: bool = True  # AdamW as torch's fused kernel (one pass per parameter; rounds differently, same maths)
+    fused_heads: bool = True  # the critic heads' LayerNorm, affine map, leaky ReLU and output column as compiled fused kernels on CPU, from 1M activations (rounds differently, same maths; needs a C++ compiler, else eager)
     backup_entropy: bool = True  # keep -alpha log pi(a'|h') in the critic target
     schedule_updates: Optional[int] = None  # length of the cosine schedules; None: the trainer's total updates
 
@@ -197,7 +202,7 @@ class RecurrentCritic(nn.Module):
         super().__init__()
         self.encoder = _encoder(input_dim, config)
         self.heads = EnsembleHeads(config.d_model + act_dim, 1, config.num_critics, config.head_hidden,
-                                   config.head_layers, final_scale=0.01)
+                                   config.head_layers, final_scale=0.01, fused=config.fused_heads)
 
     def q(self, features: torch.Tensor, actions: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Q_n(h, a) ``(N, R)`` for features ``(R, d_model)`` and actions ``(R, A)`` (``members``: those heads).

@@ -30,6 +30,10 @@ Deviations from the official code, each with its reason:
   CPU's (AMD CPUs with AVX-512; `mbrl_offline.models.products`), the heads' as one product with the
   heads' maps side by side (`EnsembleLinear`): the same sums, in float rounding only different from
   MKL's, and there about twice as fast;
+* on a CPU, at activations of 1M elements or more (NEUBAY's official 10 heads x 2047 rows x 256), the
+  heads' LayerNorm, affine map, leaky ReLU and 1-wide output layer run as compiled fused kernels
+  (`FusedKernels`, ``torch.compile``; XLA fuses them in the official code too): the same functions in
+  another order of float rounding;
 * at initialisation the uniform draws u behind ``nu_log`` and ``theta_log`` are kept at or above the
   smallest positive float32: with u = 0 the official code gives ``theta_log = log 0 = -inf`` (and, with
   r_min = 0, ``nu_log = +inf``), a non-finite parameter (probability about 2^-24 per entry);
@@ -39,14 +43,16 @@ Deviations from the official code, each with its reason:
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Optional
 
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from mbrl_offline.errors import ConfigError, InputError
-from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear
+from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, member_parameters
 from mbrl_offline.models.products import linear
 
 ENCODERS = ("lru", "gru")
@@ -367,6 +373,63 @@ class RecurrentEncoder(nn.Module):
         return (y[0] if unbatched else y), state
 
 
+def norm_act(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """A hidden layer's tail in `EnsembleHeads`: LayerNorm over the last dimension, the per-member affine
+    map ``(N, 1, F)``, leaky ReLU (0.01)."""
+    return F.leaky_relu(torch.addcmul(bias, F.layer_norm(h, h.shape[-1:], eps=eps), weight), 0.01)
+
+
+def next_layer(h: torch.Tensor, linear_bias: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+               eps: float) -> torch.Tensor:
+    """A later hidden layer after its product ``h (N, R, F)``: its bias ``(N, 1, F)``, then `norm_act`."""
+    return norm_act(h + linear_bias, weight, bias, eps)
+
+
+def last_layer(h: torch.Tensor, linear_bias: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
+               out_weight: torch.Tensor, out_bias: torch.Tensor) -> torch.Tensor:
+    """`next_layer`, then a 1-wide output layer ``(N, F, 1)``, ``(N, 1, 1)`` as a product and a sum."""
+    return (next_layer(h, linear_bias, weight, bias, eps) * out_weight.transpose(1, 2)).sum(-1, keepdim=True) + out_bias
+
+
+class FusedKernels:
+    """`norm_act`, `next_layer` and `last_layer` as Inductor's fused C++ kernels (``torch.compile``),
+    forward and backward, where they pay: on a CPU, for activations of at least ``FUSE_FROM`` elements.
+
+    Eager autograd runs a hidden layer's tail as separate passes over the ``(N, R, F)`` activations
+    (LayerNorm, the affine map, the activation and the 1-wide output column, each with its backward, and
+    a copy of the bias that ``baddbmm`` adds to), and at NEUBAY's official sizes (10 heads x 2047 rows x
+    256) those passes were about a third of the update's time; fused, they are a few passes per layer
+    (docs/performance.md measures the update). Smaller activations gain nothing that pays for the
+    compilation, so they stay eager. The kernels compute the same functions in another order of float
+    rounding. Compiling needs a C++ compiler: if it fails, the
+    layers run eagerly for the rest of the process, after one warning that says why.
+    """
+
+    FUSE_FROM = 1 << 20
+    failed: Optional[str] = None
+    _compiled: dict = {}
+
+    @classmethod
+    def wanted(cls, device: torch.device, elements: int) -> bool:
+        return cls.failed is None and device.type == "cpu" and elements >= cls.FUSE_FROM
+
+    @classmethod
+    def call(cls, fn, *args):
+        # Under a dispatch mode (torch's FLOP counter, for one) dynamo would give up on the function for
+        # good, so that call runs eagerly and a later one compiles.
+        if cls.failed is None and _get_current_dispatch_mode() is None:
+            if fn not in cls._compiled:
+                cls._compiled[fn] = torch.compile(fn, dynamic=False)
+            try:
+                return cls._compiled[fn](*args)
+            except Exception as error:  # no C++ compiler, or Inductor cannot build here: eager from now on
+                text = str(error).strip()
+                cls.failed = f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"[:200]
+                warnings.warn(f"the critic heads' fused kernels could not be compiled ({cls.failed}); they run "
+                              f"eagerly (slower, the same results). algo.fused_heads=false skips the attempt.")
+        return fn(*args)
+
+
 class EnsembleHeads(nn.Module):
     """``members`` MLP heads computed together: ``layers`` x [EnsembleLinear -> EnsembleLayerNorm ->
     leaky ReLU (0.01)] of ``hidden`` units, then an EnsembleLinear to ``out_dim``: NEUBAY's critic heads
@@ -376,13 +439,15 @@ class EnsembleHeads(nn.Module):
     the output layer is U(+-sqrt(final_scale / fan_in)) with zero biases (official ``final_linear``).
     ``forward(x (R, in) shared | (N, R, in) | [shared (R, in_i) parts], members=None) -> (N, R, out_dim)``;
     ``members`` (indices) evaluates only those heads; parts are the columns of one input, kept apart so
-    that autograd differentiates only in the parts that need it (`EnsembleLinear`).
+    that autograd differentiates only in the parts that need it (`EnsembleLinear`). ``fused``: each
+    hidden layer's LayerNorm, affine map and activation (with the last one, a 1-wide output layer too)
+    as fused kernels where they pay (`FusedKernels`).
     """
 
     def __init__(self, in_dim: int, out_dim: int, members: int, hidden: int = 256, layers: int = 2,
-                 final_scale: Optional[float] = None):
+                 final_scale: Optional[float] = None, fused: bool = False):
         super().__init__()
-        self.members = members
+        self.members, self.fused = members, fused
         self.linears = nn.ModuleList()
         self.norms = nn.ModuleList()
         width = in_dim
@@ -398,7 +463,29 @@ class EnsembleHeads(nn.Module):
                 self.out.bias.zero_()
 
     def forward(self, x: "torch.Tensor | list[torch.Tensor]", members: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if self.fused and self._fuse(x, members):
+            return self._fused_forward(x, members)
         for linear, norm in zip(self.linears, self.norms):
             # in place: the LayerNorm's affine output is saved by nothing (10 heads x 2047 rows x 256 is 21 MB)
             x = F.leaky_relu(norm(linear(x, members), members), 0.01, inplace=True)
+        return self.out(x, members)
+
+    def _fuse(self, x: "torch.Tensor | list[torch.Tensor]", members: Optional[torch.Tensor]) -> bool:
+        first = x[0] if isinstance(x, (list, tuple)) else x
+        heads = self.members if members is None else len(members)
+        return FusedKernels.wanted(first.device, heads * first.shape[-2] * self.linears[0].out_features)
+
+    def _fused_forward(self, x: "torch.Tensor | list[torch.Tensor]", members: Optional[torch.Tensor]) -> torch.Tensor:
+        """`forward` with each hidden layer's elementwise work in `FusedKernels` (the same function)."""
+        for i, (linear, norm) in enumerate(zip(self.linears, self.norms)):
+            weight, bias = member_parameters(norm, members)
+            if i == 0:  # shared inputs or parts: EnsembleLinear's products, bias included
+                x = FusedKernels.call(norm_act, linear(x, members), weight, bias, norm.eps)
+                continue
+            linear_weight, linear_bias = member_parameters(linear, members)
+            h = torch.bmm(x, linear_weight)  # its bias is added in the fused kernel
+            if i == len(self.linears) - 1 and self.out.out_features == 1:
+                return FusedKernels.call(last_layer, h, linear_bias, weight, bias, norm.eps,
+                                         *member_parameters(self.out, members))
+            x = FusedKernels.call(next_layer, h, linear_bias, weight, bias, norm.eps)
         return self.out(x, members)
