@@ -184,6 +184,22 @@ class CUDAGraphed:
         self.graph = graph
 
 
+@contextmanager
+def frozen(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``module``'s parameters taken out of autograd while the block runs (``requires_grad`` False, restored
+    after it, also on an error). What the block computes still carries gradients to its other inputs:
+    an actor's loss through a critic needs the gradient in the actions, not in the critic's weights, and
+    a graph built without them computes no weight gradient in its backward (a compiled one would)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield module
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
 @torch.no_grad()
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: every parameter of ``target`` moves ``tau`` of the way to ``online``'s."""

@@ -81,3 +81,27 @@ def test_the_nan_safe_clipper_zeroes_nans_keeps_infinities_and_clips_the_group_n
     infinite = [torch.tensor([float("inf"), 1.0])]
     clean_and_clip(infinite, 10.0)
     assert torch.isnan(infinite[0][0])  # the NaN step keeps inf; the clip's factor 10/inf = 0 makes it NaN
+
+
+def test_frozen_takes_a_modules_parameters_out_of_autograd_for_the_block_only():
+    """Inside `frozen`, a loss through the module differentiates in its inputs and not in its weights;
+    after the block (also after an error) the weights that required gradients do again, and one that
+    did not before stays so."""
+    import torch
+    from mbrl_offline.utils import frozen
+
+    net = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+    net[1].bias.requires_grad_(False)
+    x = torch.randn(5, 3, requires_grad=True)
+    with frozen(net):
+        out = net(x).sum()
+        assert not any(p.requires_grad for p in net.parameters())
+    grad_x, grad_weight = torch.autograd.grad(out, [x, net[0].weight], allow_unused=True)
+    assert grad_weight is None  # no edge from the loss to the weights
+    (want,) = torch.autograd.grad(net(x).sum(), [x])
+    torch.testing.assert_close(grad_x, want)
+    assert [p.requires_grad for p in net.parameters()] == [True, True, True, False]
+    with pytest.raises(ValueError):
+        with frozen(net):
+            raise ValueError("inside")
+    assert [p.requires_grad for p in net.parameters()] == [True, True, True, False]

@@ -41,8 +41,9 @@ Deviations from the official code, none of which changes a loss's expectation:
 * one actor pass over the tape serves both the critic target's a' (detached) and the actor loss (its
   own noise draw): the actor has not changed in between, so the distributions are the official ones,
   with one encoder pass fewer per update;
-* in the actor step the (updated) critic's encoder runs without an autograd graph: the actor's
-  gradient reaches the critic through the actions only, which enter at the heads;
+* in the actor step the (updated) critic's encoder runs without an autograd graph, and its heads with
+  their parameters out of autograd (`mbrl_offline.utils.frozen`): the actor's gradient reaches the
+  critic through the actions only, which enter at the heads;
 * the plain masked mean divides by max(1, sum m) (the official code by sum m, which is 0 only for a
   tape of starts alone);
 * the two target heads are drawn with torch's RNG (``randperm``), the noise likewise;
@@ -76,7 +77,7 @@ from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.networks import tanh_gaussian_draw, tanh_gaussian_log_prob, tanh_gaussian_log_prob_of
 from mbrl_offline.models.recurrent import ENCODERS, Block, EnsembleHeads, RecurrentEncoder
 from mbrl_offline.policies import agent_for_dataset, checked_observations, history_inputs
-from mbrl_offline.utils import clean_and_clip, cosine_decay, soft_update
+from mbrl_offline.utils import clean_and_clip, cosine_decay, frozen, soft_update
 from mbrl_offline.registry import register_agent
 
 
@@ -465,7 +466,8 @@ class NEUBAY:
         actions, log_prob = self.actor.draw(mu[:-1], raw_log_std[:-1])
         with torch.no_grad():
             features, _ = self.critic.encoder(x, starts)
-        q_new = self.critic.q(features[:-1], actions).mean(dim=0)
+        with frozen(self.critic):  # the gradient is wanted in the actions only (the compiled heads' backward would compute the heads' too)
+            q_new = self.critic.q(features[:-1], actions).mean(dim=0)
         actor_loss = (weights * (alpha * log_prob - q_new)).sum()
         actor_norms = self._step(self.actor_optim, self.actor_schedule, actor_loss)
 
