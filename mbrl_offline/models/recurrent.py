@@ -84,7 +84,8 @@ def lru_scan(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torc
 
 def _scan(lam: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
     """``h_t = lambda keep_t h_{t-1} + b_t`` from ``h_{-1} = 0`` along dim -2, without autograd.
-    ``lam (H,)`` complex, ``b (..., T, H)`` complex (not modified), ``keep (..., T, 1)`` real 0/1.
+    ``lam (H,)`` complex, ``b (..., T, H)`` complex and contiguous (overwritten: the states are computed
+    in its memory), ``keep (..., T, 1)`` real 0/1.
 
     In two levels, so that the full tape is passed over fewer times: the T rows are cut into chunks of
     C rows (C = 2^floor(log2(T) / 2), 32 for T = 2048; the last chunk padded with b = 0, keep = 1) and
@@ -93,7 +94,11 @@ def _scan(lam: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tenso
     ``A_c = lambda^C`` times the product of its keeps, is a scan of T / C elements (`_scan_coefficients`).
     Then row i of chunk c adds what enters from before its chunk: ``lambda^(i+1)`` times the product of
     the chunk's keeps up to row i, times ``S_{c-1}``. 5 + 1 passes over the tape instead of 11 for
-    T = 2048; the same values up to float rounding (the tests compare both with the sequential loop)."""
+    T = 2048; the same values up to float rounding (the tests compare both with the sequential loop).
+
+    The 0/1 keeps multiply as real numbers, through the real view of the complex states (``addcmul``
+    on ``view_as_real``): a complex product with a real tensor would first copy it to complex numbers
+    and then run a complex product, and these passes are bound by memory (a tape's states are 2 MB)."""
     steps = b.shape[-2]
     size = 1 << ((steps.bit_length() - 1) // 2)
     if size < 2:
@@ -108,22 +113,24 @@ def _scan(lam: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> torch.Tenso
     powers = torch.cumprod(lam.expand(size, -1), dim=0)  # lambda^(i+1), (C, H)
     carry = _scan_coefficients(powers[-1] * window[..., -1, :], h[..., -1, :].clone())  # S_c, (..., n, H)
     entering = torch.cat([torch.zeros_like(carry[..., :1, :]), carry[..., :-1, :]], dim=-2)  # S_{c-1}
-    h += (entering.unsqueeze(-2) * powers) * window
+    torch.view_as_real(h).addcmul_(torch.view_as_real(entering.unsqueeze(-2) * powers), window.unsqueeze(-1))
     h = h.flatten(-3, -2)
     return h[..., :steps, :].contiguous() if chunks * size != steps else h
 
 
 def _scan_chunks(lam: torch.Tensor, b: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Hillis-Steele's scan of ``h_t = lambda keep_t h_{t-1} + b_t`` along dim -2 from a zero state, in
-    ceil(log2 T) rounds, each one product and one sum over the rows. After round r, row t holds the sum
-    of its last 2^r terms ``b_j lambda^(t - j)`` (those after a row whose keep is 0 dropped), and the
-    product of the keeps of those rows (``window``, one real column: the powers of lambda need no
-    tensor per row). Returns ``(h, window)``, window then the product of the keeps of rows 0..t."""
-    h, window, power = b.clone(), keep.clone(), lam.clone()
+    ceil(log2 T) rounds, each one product and one sum over the rows, in ``b``'s memory (overwritten).
+    After round r, row t holds the sum of its last 2^r terms ``b_j lambda^(t - j)`` (those after a row
+    whose keep is 0 dropped), and the product of the keeps of those rows (``window``, one real column:
+    the powers of lambda need no tensor per row). Returns ``(h, window)``, h being ``b``, window then
+    the product of the keeps of rows 0..t."""
+    h, window, power = b, keep.clone(), lam.clone()
+    h_real = torch.view_as_real(h)
     steps, shift = b.shape[-2], 1
     while shift < steps:
-        carried = h[..., :-shift, :] * (window[..., shift:, :] * power)  # a new tensor: h's rows are read before written
-        h[..., shift:, :] += carried
+        carried = h[..., :-shift, :] * power  # a new tensor: h's rows are read before written
+        h_real[..., shift:, :, :].addcmul_(torch.view_as_real(carried), window[..., shift:, :].unsqueeze(-1))
         window[..., shift:, :] *= window[..., :-shift, :].clone()
         power = power * power
         shift *= 2
@@ -162,9 +169,13 @@ class _LRUScan(torch.autograd.Function):
         lam, h0, keep, h = ctx.saved_tensors
         # g_t = grad_h_t + conj(lambda) keep_{t+1} g_{t+1}: the forward scan on the reversed rows
         keep_next = torch.cat([keep[..., 1:, :], torch.zeros_like(keep[..., :1, :])], dim=-2)
-        g = _scan(lam.conj(), grad_h.flip(-2), keep_next.flip(-2)).flip(-2)
-        previous = torch.cat([h0.unsqueeze(-2), h[..., :-1, :]], dim=-2) * keep  # keep_t h_{t-1}
-        grad_lam = (previous.conj() * g).reshape(-1, g.shape[-1]).sum(0) if ctx.needs_input_grad[0] else None
+        g = _scan(lam.conj(), grad_h.flip(-2), keep_next.flip(-2)).flip(-2)  # flip copies: _scan may overwrite it
+        grad_lam = None
+        if ctx.needs_input_grad[0]:  # sum over rows of keep_t conj(h_{t-1}) g_t, with h_{-1} = h0
+            later = h[..., :-1, :].conj() * g[..., 1:, :]  # rows 1..T-1, (..., T-1, H)
+            weights = keep[..., 1:, 0].to(later.dtype).unsqueeze(-2)  # (..., 1, T-1): a product sums them
+            grad_lam = (weights @ later).reshape(-1, g.shape[-1]).sum(0)
+            grad_lam = grad_lam + (h0.conj() * keep[..., 0, :] * g[..., 0, :]).reshape(-1, g.shape[-1]).sum(0)
         grad_h0 = lam.conj() * keep[..., 0, :] * g[..., 0, :] if ctx.needs_input_grad[3] else None
         return grad_lam, g, None, grad_h0
 
