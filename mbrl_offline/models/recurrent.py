@@ -49,11 +49,16 @@ from typing import Optional
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, member_parameters
 from mbrl_offline.models.products import linear
+
+try:  # torch's own helper (private): which dispatch mode is active, if any (see `FusedKernels.call`)
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # another torch: no mode is assumed
+    def _get_current_dispatch_mode():
+        return None
 
 ENCODERS = ("lru", "gru")
 
