@@ -457,7 +457,8 @@ def report(args) -> None:
         b = first["budget"]
         seeds = {NAMES.get(side, side): sorted(r["seed"] for r in rs) for side, rs in sides.items()}
         head = f"Seeds {', '.join(f'{k}: {v}' for k, v in seeds.items())}; dynamics capped at {b['dynamics_max_epochs']} epochs"
-        machine = f"one CPU thread per run ({first['cpu']}). Mean ± std over seeds."
+        cpus = sorted({r["cpu"] for rs in sides.values() for r in rs if r.get("cpu")})  # runs from several VMs: each
+        machine = f"one CPU thread per run ({'; '.join(cpus) or 'CPU not recorded'}). Mean ± std over seeds."
         free = first["settings"].get("model_free", False)
         if free:
             agent = ", ".join(f"{k} {v}" for k, v in first["settings"]["agent"].items())
