@@ -176,11 +176,10 @@ class _LRUScan(torch.autograd.Function):
         keep_next = torch.cat([keep[..., 1:, :], torch.zeros_like(keep[..., :1, :])], dim=-2)
         g = _scan(lam.conj(), grad_h.flip(-2), keep_next.flip(-2)).flip(-2)  # flip copies: _scan may overwrite it
         grad_lam = None
-        if ctx.needs_input_grad[0]:  # sum over rows of keep_t conj(h_{t-1}) g_t, with h_{-1} = h0
-            later = h[..., :-1, :].conj() * g[..., 1:, :]  # rows 1..T-1, (..., T-1, H)
-            weights = keep[..., 1:, 0].to(later.dtype).unsqueeze(-2)  # (..., 1, T-1): a product sums them
-            grad_lam = (weights @ later).reshape(-1, g.shape[-1]).sum(0)
-            grad_lam = grad_lam + (h0.conj() * keep[..., 0, :] * g[..., 0, :]).reshape(-1, g.shape[-1]).sum(0)
+        if ctx.needs_input_grad[0]:  # sum over rows of conj(keep_t h_{t-1}) g_t, with h_{-1} = h0
+            previous = torch.cat([h0.unsqueeze(-2), h[..., :-1, :]], dim=-2)
+            torch.view_as_real(previous).mul_(keep.unsqueeze(-1))  # keep_t h_{t-1}: the 0/1 keeps as real numbers
+            grad_lam = (previous.conj() * g).reshape(-1, g.shape[-1]).sum(0)
         grad_h0 = lam.conj() * keep[..., 0, :] * g[..., 0, :] if ctx.needs_input_grad[3] else None
         return grad_lam, g, None, grad_h0
 
