@@ -119,7 +119,19 @@ def _one_column(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> to
         members, rows, width = x.shape
         every = x.reshape(members * rows, width) @ weight.squeeze(-1).T  # row r of member m through every column
         return every.view(members, rows, members).diagonal(dim1=0, dim2=2).T.unsqueeze(-1) + bias
+    return column_product(x, weight, bias)
+
+
+def column_product(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+    """A one-column output layer as a product and a sum over ``in``: ``x (N, B, in)`` or shared
+    ``(B, in)``, ``weight (N, in, 1)``, ``bias (N, 1, 1)`` -> ``(N, B, 1)``."""
     return (x * weight.transpose(1, 2)).sum(-1, keepdim=True) + bias
+
+
+def layer_norm_affine(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm over the last dimension without its own affine map, then the per-member one:
+    ``weight``, ``bias`` ``(N, 1, features)`` (`EnsembleLayerNorm`)."""
+    return torch.addcmul(bias, nn.functional.layer_norm(x, x.shape[-1:], eps=eps), weight)  # bias + x * weight in one pass
 
 
 class EnsembleLayerNorm(nn.Module):
@@ -133,8 +145,7 @@ class EnsembleLayerNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, members: Optional[torch.Tensor] = None) -> torch.Tensor:
         weight, bias = member_parameters(self, members)
-        x = nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
-        return torch.addcmul(bias, x, weight)  # bias + x * weight in one pass
+        return layer_norm_affine(x, weight, bias, self.eps)
 
 
 class EnsembleMLP(nn.Module):

@@ -51,7 +51,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from mbrl_offline.errors import ConfigError, InputError
-from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear, member_parameters
+from mbrl_offline.models.ensemble import (EnsembleLayerNorm, EnsembleLinear, column_product, layer_norm_affine,
+                                         member_parameters)
 from mbrl_offline.models.products import linear
 
 try:  # torch's own helper (private): which dispatch mode is active, if any (see `FusedKernels.call`)
@@ -389,9 +390,9 @@ class RecurrentEncoder(nn.Module):
 
 
 def norm_act(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    """A hidden layer's tail in `EnsembleHeads`: LayerNorm over the last dimension, the per-member affine
-    map ``(N, 1, F)``, leaky ReLU (0.01)."""
-    return F.leaky_relu(torch.addcmul(bias, F.layer_norm(h, h.shape[-1:], eps=eps), weight), 0.01)
+    """A hidden layer's tail in `EnsembleHeads`: `EnsembleLayerNorm`'s function (`layer_norm_affine`, the
+    per-member affine map ``(N, 1, F)``), then leaky ReLU (0.01)."""
+    return F.leaky_relu(layer_norm_affine(h, weight, bias, eps), 0.01)
 
 
 def next_layer(h: torch.Tensor, linear_bias: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
@@ -402,8 +403,9 @@ def next_layer(h: torch.Tensor, linear_bias: torch.Tensor, weight: torch.Tensor,
 
 def last_layer(h: torch.Tensor, linear_bias: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float,
                out_weight: torch.Tensor, out_bias: torch.Tensor) -> torch.Tensor:
-    """`next_layer`, then a 1-wide output layer ``(N, F, 1)``, ``(N, 1, 1)`` as a product and a sum."""
-    return (next_layer(h, linear_bias, weight, bias, eps) * out_weight.transpose(1, 2)).sum(-1, keepdim=True) + out_bias
+    """`next_layer`, then a 1-wide output layer ``(N, F, 1)``, ``(N, 1, 1)`` as a product and a sum
+    (`column_product`)."""
+    return column_product(next_layer(h, linear_bias, weight, bias, eps), out_weight, out_bias)
 
 
 class FusedKernels:
