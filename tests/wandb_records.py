@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 from pathlib import Path
 
 BLOCK = 32768
@@ -29,6 +30,8 @@ def records(path: Path) -> list:
         if kind == 0 and length == 0:  # the rest of the block is padding
             position += left
             continue
+        if position + HEADER + length > len(data):  # a record still being written
+            break
         chunk = data[position + HEADER:position + HEADER + length]
         position += HEADER + length
         pending = chunk if kind in (1, 2) else pending + chunk
@@ -40,16 +43,30 @@ def records(path: Path) -> list:
     return out
 
 
+def finished_records(path: Path, wait: float = 60.0) -> list:
+    """The records of a finished run's file, ending with its ``exit`` record. W&B's service process writes
+    the file, and ``run.finish()`` can return before it has written the last records (the last step's
+    history and the exit record; seen once in the test suite as a missing last step): so this reads the
+    file again, for up to ``wait`` seconds, until the exit record is there."""
+    deadline = time.monotonic() + wait
+    while True:
+        found = records(path)
+        if (found and found[-1].WhichOneof("record_type") == "exit") or time.monotonic() > deadline:
+            return found
+        time.sleep(0.2)
+
+
 def run_contents(run_dir: Path) -> dict:
     """Every offline W&B run under ``run_dir/wandb``, oldest first, each as ``{"id", "config", "history",
     "files"}``: ``history`` maps a step to its logged values (JSON-decoded), ``config`` is the run's config
-    (W&B's ``value`` wrappers removed), ``files`` the media files saved."""
+    (W&B's ``value`` wrappers removed), ``files`` the media files saved. Each run's file is read once W&B
+    has written its exit record (`finished_records`)."""
     runs = []
     for folder in sorted((Path(run_dir) / "wandb").glob("offline-run-*")):
         (wandb_file,) = folder.glob("run-*.wandb")
         run = {"id": None, "config": {}, "history": {}, "files": sorted(p.name for p in folder.rglob("media/**/*")
                                                                         if p.is_file())}
-        for record in records(wandb_file):
+        for record in finished_records(wandb_file):
             kind = record.WhichOneof("record_type")
             if kind == "run":
                 run["id"] = record.run.run_id
