@@ -115,7 +115,12 @@ def test_an_exported_policy_acts_as_the_agent_without_the_library(name, settings
                 **{f"state_{i}": s.numpy() for i, s in enumerate(state)}}
         got, expected = np.asarray(exported_actions(fmt, out, True, data, tmp_path)), np.stack(expected)
     assert got.shape == expected.shape
-    assert np.abs(got - expected).max() <= 1e-5 * max(1.0, np.abs(expected).max())
+    # The same functions in another order of float rounding. NEUBAY's LRU policy in ONNX runs its complex step in
+    # real arithmetic on ONNX Runtime's kernels: on a Zen 5 CPU (torch's products on MKL's AVX2 code) its actions
+    # differed from the agent's by up to 2.5e-5 at |action| 1.99 (1e-5 of that failed; Intel CPUs stayed within it),
+    # the weights moved by 0.3 standard normals amplifying the rounding.
+    tolerance = 5e-5 if fmt == "onnx" and agent.recurrent else 1e-5
+    assert np.abs(got - expected).max() <= tolerance * max(1.0, np.abs(expected).max())
     assert np.abs(expected).max() > 1e-3  # actions that are not all zero (the weights were moved)
 
 
