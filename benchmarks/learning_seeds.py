@@ -13,8 +13,10 @@ agent's published settings (`runs_published_settings` in the test file) or adjus
 final score (the mean of its last three evaluations, as the test takes it), the data's score, whether
 every seed clears the test's bar (20 points above the data) and the training minutes, with the
 machine's CPU. ``--out`` also writes the rows into that page (docs/learning-seeds.md), replacing the
-rows of the cases measured and keeping the others, each row with its commit, CPU and command. ``--refiner`` refines each model step of the
-cases' generators (rollouts or NEUBAY's posterior) with the PDE-Refiner at its defaults
+rows of the cases measured and keeping the others, each row with its commit, CPU and command.
+``--defaults`` runs the agents' published settings instead of their cases' (``--dataset`` and ``--epochs``
+in place of the case's): the trial of a case before the test takes it. ``--refiner`` refines each model
+step of the cases' generators (rollouts or NEUBAY's posterior) with the PDE-Refiner at its defaults
 (`mbrl_offline.models.refiner.RefinerConfig`; ``--refiner-sigma-min`` sets its last noise level).
 """
 from __future__ import annotations
@@ -96,7 +98,8 @@ def main() -> None:
     parser.add_argument("--defaults", action="store_true",
                         help="run the agents' published settings (budget=cpu) in place of their cases' settings")
     parser.add_argument("--dataset", default=None, help="with --defaults: this bundled dataset in place of the case's")
-    parser.add_argument("--epochs", type=int, default=None, help="with --defaults: this many epochs in place of the case's")
+    parser.add_argument("--epochs", type=int, default=None,
+                        help="with --defaults: this many epochs in place of the case's")
     parser.add_argument("--out", type=Path, default=None,
                         help="also write the rows into this page (docs/learning-seeds.md), keeping other cases' rows")
     parser.add_argument("--refiner", action="store_true", help="refine each model step with the PDE-Refiner")
@@ -134,6 +137,8 @@ def main() -> None:
             except ValueError as error:
                 parser.error(f"--refiner refines model steps, and {name}'s {error}")
 
+    code = code_version()  # the code the runs start from (edits while they run are not theirs)
+    commit = (code["commit"] or "-")[:7] + ("+" if code["modified"] else "")
     with tempfile.TemporaryDirectory() as cache_dir:
         import torch
 
@@ -154,8 +159,6 @@ def main() -> None:
     sys.stdout.flush()
     if args.out:
         command = "python benchmarks/learning_seeds.py " + " ".join(sys.argv[1:])
-        commit = code_version()
-        commit = (commit["commit"] or "-")[:7] + ("+" if commit["modified"] else "")
         write_page(Path(args.out), cases, {name: f"{row} {commit} | {machine} | `{command}` |"
                                            for name, row in rows.items()})
         print(f"wrote {args.out}")
