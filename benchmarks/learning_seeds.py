@@ -1,5 +1,5 @@
-"""The learning tests (`tests/test_learning.py`) for any seeds: the seed tables of
-docs/reproducibility.md.
+"""The learning tests (`tests/test_learning.py`) for any seeds: the seed tables of docs/learning-seeds.md
+and docs/reproducibility.md.
 
     python benchmarks/learning_seeds.py --agents td3bc iql --seeds 0 1 2 [--threads 1] [--jobs 2]
     python benchmarks/learning_seeds.py --agents neubay --seeds 0 1 2 --refiner [--refiner-sigma-min 0.001]
@@ -183,19 +183,19 @@ def table_row(cases, name: str, rows) -> str:
 
 
 def write_page(path: Path, cases, rows: dict[str, str]) -> None:
-    """``path`` with ``rows`` (case name -> its row) in place of those cases' earlier rows of the same settings
-    (published or adjusted), the other rows kept, in the order of the test file's cases; written whole or
-    not at all."""
+    """``path`` with ``rows`` (case name -> its row) in place of earlier rows of the same case, settings
+    (published or adjusted), dataset and schedule, the other rows kept, in the order of the test file's
+    cases; written whole or not at all."""
     from mbrl_offline.utils import atomic_write_bytes
 
     kept = {}
     if path.is_file():
         for line in path.read_text(encoding="utf-8").splitlines():
             cells = [c.strip() for c in line.split("|")]
-            if len(cells) > 3 and cells[1] in cases.CASES:
-                kept[cells[1], cells[2]] = line
-    for name, row in rows.items():
-        kept[name, row.split("|")[2].strip()] = row
+            if len(cells) > 5 and cells[1] in cases.CASES:
+                kept[tuple(cells[1:5])] = line
+    for row in rows.values():
+        kept[tuple(cell.strip() for cell in row.split("|")[1:5])] = row
     ordered = [kept[key] for name in cases.CASES for key in sorted(kept) if key[0] == name]
     rule = "|---" * (PAGE_HEADER.count("|") - 1) + "|"
     text = "\n".join([PAGE_TEXT, PAGE_HEADER, rule, *ordered]) + "\n"
