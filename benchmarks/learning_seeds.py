@@ -209,8 +209,8 @@ its last column): one row per learning test of `tests/test_learning.py` (its `CA
 case is measured again. CI runs seed 0 of every case; these rows show the other seeds.
 
 - **settings**: `published (budget=cpu)` where the case runs the agent's published settings and generator
-  exactly as `python examples/train.py algo=<agent> env=pendulum env.dataset=<dataset> budget=cpu` composes
-  them, with the test's own schedule; `adjusted` where the test changes them (the test file says which
+  exactly as `python examples/train.py algo=<agent> env=<env> env.dataset=<dataset> budget=cpu` composes
+  them (env: the dataset's), with the test's own schedule; `adjusted` where the test changes them (the test file says which
   settings and why; docs/reproducibility.md has the earlier measurements).
 - **final score**: the mean of the run's last three evaluations (10 episodes each), as the test takes it;
   the bar is the data's normalised score + 20.
