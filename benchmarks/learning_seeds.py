@@ -12,8 +12,9 @@ run fits them), and shared by every seed. Prints one markdown row per agent: whe
 agent's published settings (`runs_published_settings` in the test file) or adjusted ones, each seed's
 final score (the mean of its last three evaluations, as the test takes it), the data's score, whether
 every seed clears the test's bar (20 points above the data) and the training minutes, with the
-machine's CPU. ``--out`` also writes the rows into that page (docs/learning-seeds.md), replacing the
-rows of the cases measured and keeping the others, each row with its commit, CPU and command.
+machine's CPU. ``--out`` also writes the rows into that page (docs/learning-seeds.md), each with its
+commit, CPU and command, replacing the rows of the same case, settings, dataset and schedule and keeping
+the others.
 ``--defaults`` runs the agents' published settings instead of their cases' (``--dataset`` and ``--epochs``
 in place of the case's): the trial of a case before the test takes it. ``--refiner`` refines each model
 step of the cases' generators (rollouts or NEUBAY's posterior) with the PDE-Refiner at its defaults
@@ -205,16 +206,21 @@ def write_page(path: Path, cases, rows: dict[str, str]) -> None:
 PAGE_TEXT = """# The learning tests' seeds
 
 Written by `python benchmarks/learning_seeds.py ... --out docs/learning-seeds.md` (each row's command is in
-its last column): one row per learning test of `tests/test_learning.py` (its `CASES`), replaced when that
-case is measured again. CI runs seed 0 of every case; these rows show the other seeds.
+its last column). A row is one case of `tests/test_learning.py` (its `CASES`) on one dataset and schedule,
+with settings published or adjusted, and is replaced when the same is measured again. The rows cover the
+tests' own cases and the trials of agents' published settings (`--defaults`) that no test took because
+a seed missed the bar. CI runs seed 0 of every case; these rows show the other seeds.
 
-- **settings**: `published (budget=cpu)` where the case runs the agent's published settings and generator
-  exactly as `python examples/train.py algo=<agent> env=<env> env.dataset=<dataset> budget=cpu` composes
-  them (env: the dataset's), with the test's own schedule; `adjusted` where the test changes them (the test file says which
-  settings and why; docs/reproducibility.md has the earlier measurements).
+- **settings**: `published (budget=cpu)` where the run took the agent's published settings and
+  generator exactly as `python examples/train.py algo=<agent> env=<env> env.dataset=<dataset>
+  budget=cpu` composes them (env: the dataset's), with the case's own schedule; `adjusted` where the
+  test changes them (the test file says which settings and why; docs/reproducibility.md has the earlier
+  measurements).
+- **schedule**: epochs x updates per epoch (MOReL's NPG: iterations).
 - **final score**: the mean of the run's last three evaluations (10 episodes each), as the test takes it;
   the bar is the data's normalised score + 20.
-- **minutes per run**: with the machine's other runs at the same time (the machine column), so a rough guide.
+- **minutes per run**: with the machine's other runs at the same time (the machine column), so a rough
+  guide.
 """
 
 
