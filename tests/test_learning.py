@@ -89,12 +89,8 @@ def runs_published_settings(name: str) -> bool:
     """Whether case ``name`` runs its agent's published settings and generator as budget=cpu composes them
     (`published`), rather than settings adjusted for the test: decided by comparing the configs, so that a
     case cannot be called published while it changes a setting."""
-    from mbrl_offline.compose import env_choice, run_configs
-
     agent_cls, configs, dataset, *_ = CASES[name]
-    expected = run_configs(agent_cls.name, "cpu", env=env_choice(load_dataset(dataset)),
-                           overrides=[f"env.dataset={dataset}"])[:2]
-    return tuple(configs()) == tuple(expected)
+    return tuple(configs()) == tuple(published(agent_cls.name, dataset)())
 
 
 # TD3+BC and IQL: the data alone (generator=none), as in their papers, with CORL's settings but for
