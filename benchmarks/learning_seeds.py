@@ -45,13 +45,14 @@ def learning_cases():
 
 def with_defaults(cases, names, dataset=None, epochs=None):
     """``cases`` (the test module) with each of ``names``' cases running its agent's published settings
-    (`published` in the test file, as budget=cpu composes them) on ``dataset`` for ``epochs`` (None: the
-    case's own): the trial of a case before the test takes it (``--defaults``)."""
+    (`published` in the test file, as budget=cpu composes them; with the case's generator where the case
+    pairs the agent with another, `pairing`) on ``dataset`` for ``epochs`` (None: the case's own): the
+    trial of a case before the test takes it (``--defaults``)."""
     for name in names:
         agent_cls, _, case_dataset, case_epochs, *updates = cases.CASES[name]
         dataset_now = dataset or case_dataset
-        cases.CASES[name] = (agent_cls, cases.published(agent_cls.name, dataset_now), dataset_now,
-                             epochs or case_epochs, *updates)
+        cases.CASES[name] = (agent_cls, cases.published(agent_cls.name, dataset_now, cases.pairing(name)),
+                             dataset_now, epochs or case_epochs, *updates)
     return cases
 
 
@@ -69,6 +70,7 @@ def _run(name: str, seed: int, threads: int, cache_dir: str, refiner_sigma_min=N
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:
         data_score, scores = cases.learning_run(name, Path(run_dir) / "run", cache_dir, seed=seed, refiner=refiner)
+    print(f"{name} seed {seed}: evaluations {', '.join(f'{s:.1f}' for s in scores)}", flush=True)
     return name, seed, data_score, sum(scores[-3:]) / 3, (time.perf_counter() - start) / 60
 
 
