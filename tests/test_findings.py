@@ -13,6 +13,8 @@ tool whose command `docs/findings.md` gives, at smaller sizes:
 * CDSA: as measured here, the adjustment at its defaults lowers the value at risk instead of raising it
   (the paper's claim did not hold; `docs/training.md`).
 """
+import os
+
 import pytest
 import torch
 
@@ -44,12 +46,17 @@ def test_edge_of_reach_mopos_values_explode_with_the_true_dynamics_and_ravls_do_
 @pytest.fixture(scope="module")
 def pendulum_rollouts(tmp_path_factory):
     """One run of the dynamics-error tool on pendulum-medium with every method, at small sizes: an IQL target
-    (UP-MPC samples it), 64 starts, 64 steps; the models fitted into the module's own cache."""
+    (UP-MPC samples it), 64 starts, 64 steps. Its models (diffusion, ensemble, refiner) are fitted into a cache
+    folder that pytest-xdist's workers share, as the learning tests' `model_cache` is: each worker that runs one
+    of these tests builds the fixture, and the cache's file lock lets the first fit each model while the other
+    waits and then loads it, instead of fitting it again."""
     from mbrl_offline.experiments import dynamics_error
 
     root = tmp_path_factory.mktemp("findings-rollouts")
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "findings-rollouts-cache"
     patch = pytest.MonkeyPatch()
-    patch.setenv("MBRL_OFFLINE_CACHE", str(root / "cache"))
+    patch.setenv("MBRL_OFFLINE_CACHE", str(shared))
     try:
         torch.set_num_threads(1)
         return dynamics_error.main([
