@@ -1,4 +1,6 @@
+import os
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,6 +24,13 @@ def pytest_collection_modifyitems(config, items):
         cuda = callspec is not None and callspec.params.get("device") == "cuda"
         return item.get_closest_marker("slow") is None, cuda
     items.sort(key=key)  # stable: the order is kept otherwise
+
+
+def shared_folder(tmp_path_factory, name: str) -> Path:
+    """A folder ``name`` in the session's temporary folder that pytest-xdist's workers share (the parent of
+    each worker's own), for model caches whose file lock lets one worker fit a model while the other waits."""
+    root = tmp_path_factory.getbasetemp()
+    return (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / name
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.skipif(

@@ -13,10 +13,9 @@ tool whose command `docs/findings.md` gives, at smaller sizes:
 * CDSA: as measured here, the adjustment at its defaults lowers the value at risk instead of raising it
   (the paper's claim did not hold; `docs/training.md`).
 """
-import os
-
 import pytest
 import torch
+from conftest import shared_folder
 
 pytestmark = pytest.mark.slow
 
@@ -53,8 +52,7 @@ def pendulum_rollouts(tmp_path_factory):
     from mbrl_offline.experiments import dynamics_error
 
     root = tmp_path_factory.mktemp("findings-rollouts")
-    base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "findings-rollouts-cache"
+    shared = shared_folder(tmp_path_factory, "findings-rollouts-cache")
     patch = pytest.MonkeyPatch()
     patch.setenv("MBRL_OFFLINE_CACHE", str(shared))
     try:

@@ -38,7 +38,6 @@ rewards are negative); COPlanner uses alpha's learning rate 3e-4 (RAVL's) instea
 `CASES` holds every agent's settings; `benchmarks/learning_seeds.py` runs them for other seeds.
 """
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -309,8 +308,10 @@ def uses_dynamics(name: str) -> bool:
 def model_cache(tmp_path_factory):
     """The dynamics model of the model-based cases, trained once for the four of them: in a folder that
     pytest-xdist's workers share (the cache's file lock lets one of them fit it while the other waits)."""
-    root = tmp_path_factory.getbasetemp()
-    cache = (root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root) / "learning-dynamics"
+    # imported here: benchmarks/learning_seeds.py loads this file without tests/ on the path
+    from conftest import shared_folder
+
+    cache = shared_folder(tmp_path_factory, "learning-dynamics")
     torch.manual_seed(0)  # as build_run does before it builds the generator
     load_or_fit_dynamics(load_dataset("pendulum-medium"), DYNAMICS, cache, progress=False)
     return cache
