@@ -21,7 +21,7 @@ import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from learning_seeds import learning_cases  # beside this script: the learning tests' cases
+from learning_seeds import TEST_FILE, learning_cases  # beside this script: the learning tests' cases
 
 MEASURES = ("normalized_score", "normalized_score_var", "normalized_score_cvar")
 
@@ -41,11 +41,11 @@ def _cdsa_config(settings: list[str]):
     return config_to_dataclass(CDSAConfig, values, "cdsa")
 
 
-def _run(name: str, seed: int, episodes: int, cdsa_settings: list[str], cache_dir: str):
+def _run(name: str, seed: int, episodes: int, cdsa_settings: list[str], cache_dir: str, source: str | None = None):
     import torch
 
     torch.set_num_threads(1)
-    cases = learning_cases()
+    cases = learning_cases(source)
     with tempfile.TemporaryDirectory() as run_dir:
         data, trainer = cases.learning_trainer(name, Path(run_dir) / "run", cache_dir, seed,
                                                eval_every=cases.CASES[name][3], eval_episodes=episodes,
@@ -97,7 +97,8 @@ def refuse(message: str) -> None:
 
 
 def main() -> None:
-    cases = learning_cases()
+    source = TEST_FILE.read_text(encoding="utf-8")  # every run takes the cases as they are now (`learning_cases`)
+    cases = learning_cases(source)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=["td3bc", "iql"], choices=list(cases.CASES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -133,7 +134,7 @@ def main() -> None:
             low, high = get_env_info(data.env_name).action_bounds()
             CDSA.for_dataset(config, data, low, high)
         with ProcessPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(_run, *zip(*[(n, s, args.episodes, args.cdsa, cache_dir) for n in args.agents
+            results = list(pool.map(_run, *zip(*[(n, s, args.episodes, args.cdsa, cache_dir, source) for n in args.agents
                                                  for s in args.seeds])))
 
     from throughput import cpu_name  # the CPU's model, family and model number

@@ -35,11 +35,16 @@ from mbrl_offline.platform import code_version, cpu_name
 TEST_FILE = Path(__file__).resolve().parents[1] / "tests" / "test_learning.py"
 
 
-def learning_cases():
-    """`tests/test_learning.py` as a module (the tests are not a package): its `CASES` and their runs."""
-    spec = importlib.util.spec_from_file_location("learning_cases", TEST_FILE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def learning_cases(source: str | None = None):
+    """`tests/test_learning.py` as a module (the tests are not a package): its `CASES` and their runs.
+    ``source``: the file's text as an invocation read it when it started, which every one of its runs
+    takes, so that an edit of the file while runs go on changes none of them (each run builds its cases
+    afresh in its own process); None reads the file now."""
+    if source is None:
+        source = TEST_FILE.read_text(encoding="utf-8")
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("learning_cases", loader=None))
+    module.__file__ = str(TEST_FILE)
+    exec(compile(source, str(TEST_FILE), "exec"), module.__dict__)
     return module
 
 
@@ -56,14 +61,14 @@ def with_defaults(cases, names, dataset=None, epochs=None):
     return cases
 
 
-def _run(name: str, seed: int, threads: int, cache_dir: str, refiner_sigma_min=None, defaults=None
+def _run(name: str, seed: int, threads: int, cache_dir: str, refiner_sigma_min=None, defaults=None, source=None
          ) -> tuple[str, int, float, float, float]:
     import torch
 
     from mbrl_offline.models.refiner import RefinerConfig
 
     torch.set_num_threads(threads)
-    cases = learning_cases()
+    cases = learning_cases(source)
     if defaults is not None:
         with_defaults(cases, [name], *defaults)
     refiner = None if refiner_sigma_min is None else RefinerConfig(enabled=True, sigma_min=refiner_sigma_min)
@@ -92,7 +97,8 @@ def prefit(cases, name: str, cache_dir: str) -> None:
 
 
 def main() -> None:
-    cases = learning_cases()
+    source = TEST_FILE.read_text(encoding="utf-8")  # every run takes the cases as they are now (`learning_cases`)
+    cases = learning_cases(source)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agents", nargs="+", default=list(cases.CASES), choices=list(cases.CASES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
@@ -149,7 +155,7 @@ def main() -> None:
         for name in args.agents:  # each model fitted once, before the runs, as CI's seed 0 fits it
             prefit(cases, name, cache_dir)
         with ProcessPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(_run, *zip(*[(n, s, args.threads, cache_dir, sigma_min, defaults)
+            results = list(pool.map(_run, *zip(*[(n, s, args.threads, cache_dir, sigma_min, defaults, source)
                                                  for n in args.agents for s in args.seeds])))
 
     refined = "" if sigma_min is None else f"; model steps refined (PDE-Refiner, sigma_min {sigma_min:g})"

@@ -54,21 +54,32 @@ def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
 
     has_yaml = (lambda group, name: (Path(config_dir) / group / f"{name}.yaml").is_file()) if config_dir else (
         lambda group, name: False)
-    store = ConfigStore.instance()
-    store.store(group="trainer", name="defaults", node=config_to_dict(TrainerConfig()))
-    store.store(group="sweep", name="sweep_defaults", node=config_to_dict(SweepConfig()))
-    store.store(group="cdsa", name="defaults", node=config_to_dict(CDSAConfig()))  # the evaluate tool's cdsa.*
-    nodes = []  # (group, name, settings)
+    nodes = [("trainer", "defaults", config_to_dict(TrainerConfig())),
+             ("sweep", "sweep_defaults", config_to_dict(SweepConfig())),
+             ("cdsa", "defaults", config_to_dict(CDSAConfig()))]  # the evaluate tool's cdsa.*
     agents, generators = registered_families()
+    families = []  # (group, name, settings)
     for name, (agent_cls, config_cls) in agents.items():
-        nodes.append(("algo", name, {**config_to_dict(config_cls()), "name": name}))
-        nodes.append(("generator", name, config_to_dict(agent_cls.published_generator())))
+        families.append(("algo", name, {**config_to_dict(config_cls()), "name": name}))
+        families.append(("generator", name, config_to_dict(agent_cls.published_generator())))
     for kind, (config_cls, _) in generators.items():
-        nodes.append(("generator", kind, config_to_dict(config_cls())))
-    for group, name, node in nodes:
-        store.store(group=group, name=f"{name}_defaults", node=node)
+        families.append(("generator", kind, config_to_dict(config_cls())))
+    for group, name, node in families:
+        nodes.append((group, f"{name}_defaults", node))
         if not has_yaml(group, name):
-            store.store(group=group, name=name, node=node)
+            nodes.append((group, name, node))
+    # Storing a node converts it to a structured config, most of a composition's time; the store keeps what
+    # it holds for the process, so the same nodes (every tool call after the first) are not stored again.
+    global _STORED
+    if _STORED == nodes:
+        return
+    store = ConfigStore.instance()
+    for group, name, node in nodes:
+        store.store(group=group, name=name, node=node)
+    _STORED = nodes
+
+
+_STORED: list = []  # the nodes `register_config_defaults` last put in Hydra's config store
 
 
 @dataclasses.dataclass

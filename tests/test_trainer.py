@@ -12,7 +12,7 @@ from mbrl_offline.algorithms import RAVLConfig, load_policy
 from mbrl_offline.buffer import MixingConfig
 from mbrl_offline.checkpoint import read_checkpoint
 from mbrl_offline.errors import CheckpointError, ConfigError, TrainingDiverged
-from mbrl_offline.generators import RolloutConfig, RolloutGeneratorConfig
+from mbrl_offline.generators import NoGeneratorConfig, RolloutConfig, RolloutGeneratorConfig
 from mbrl_offline.logging import read_metrics
 from mbrl_offline.models.dynamics import DynamicsConfig
 from mbrl_offline.trainer import TrainerConfig
@@ -143,13 +143,15 @@ def test_code_version_names_this_checkouts_commit():
 def test_the_final_evaluation_runs_its_own_number_of_episodes(data, tmp_path):
     """trainer.final_eval_episodes: the last epoch's evaluation (the final score) runs more episodes
     than the periodic ones; 0 keeps eval_episodes; a negative count is refused."""
-    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=4, generator=None,
+    # no generator: build_run's None would be RAVL's published one, fitting its whole dynamics recipe first
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=4, generator=NoGeneratorConfig(),
                            eval_episodes=1, final_eval_episodes=3)
     trainer.train()
     assert [len(h["returns"]) for h in trainer.history] == [1, 3]
     records = [r for r in read_metrics(tmp_path / "run") if "eval" in r]
     assert [r["epoch"] for r in records] == [2, 4]
-    plain = make_trainer(data, tmp_path / "plain", tmp_path / "cache", epochs=2, generator=None, eval_episodes=2)
+    plain = make_trainer(data, tmp_path / "plain", tmp_path / "cache", epochs=2, generator=NoGeneratorConfig(),
+                         eval_episodes=2)
     plain.train()
     assert [len(h["returns"]) for h in plain.history] == [2]
     with pytest.raises(ConfigError, match="trainer.final_eval_episodes"):
