@@ -15,9 +15,9 @@ every seed clears the test's bar (20 points above the data) and the training min
 machine's CPU. ``--out`` also writes the rows into that page (docs/learning-seeds.md), each with its
 commit, CPU and command, replacing the rows of the same case, settings, dataset and schedule and keeping
 the others.
-``--defaults`` runs the agents' published settings instead of their cases' (``--dataset`` and ``--epochs``
-in place of the case's): the trial of a case before the test takes it. ``--refiner`` refines each model
-step of the cases' generators (rollouts or NEUBAY's posterior) with the PDE-Refiner at its defaults
+``--defaults`` runs the agents' published settings instead of their cases' (``--dataset``, ``--epochs``
+and ``--updates`` in place of the case's): the trial of a case before the test takes it. ``--refiner``
+refines each model step of the cases' generators (rollouts or NEUBAY's posterior) with the PDE-Refiner at its defaults
 (`mbrl_offline.models.refiner.RefinerConfig`; ``--refiner-sigma-min`` sets its last noise level).
 """
 from __future__ import annotations
@@ -48,16 +48,16 @@ def learning_cases(source: str | None = None):
     return module
 
 
-def with_defaults(cases, names, dataset=None, epochs=None):
+def with_defaults(cases, names, dataset=None, epochs=None, updates=None):
     """``cases`` (the test module) with each of ``names``' cases running its agent's published settings
     (`published` in the test file, as budget=cpu composes them; with the case's generator where the case
-    pairs the agent with another, `pairing`) on ``dataset`` for ``epochs`` (None: the case's own): the
-    trial of a case before the test takes it (``--defaults``)."""
+    pairs the agent with another, `pairing`) on ``dataset`` for ``epochs`` of ``updates`` (None: the
+    case's own): the trial of a case before the test takes it (``--defaults``)."""
     for name in names:
-        agent_cls, _, case_dataset, case_epochs, *updates = cases.CASES[name]
+        agent_cls, _, case_dataset, case_epochs, *case_updates = cases.CASES[name]
         dataset_now = dataset or case_dataset
         cases.CASES[name] = (agent_cls, cases.published(agent_cls.name, dataset_now, cases.pairing(name)),
-                             dataset_now, epochs or case_epochs, *updates)
+                             dataset_now, epochs or case_epochs, *([updates] if updates else case_updates))
     return cases
 
 
@@ -109,6 +109,8 @@ def main() -> None:
     parser.add_argument("--dataset", default=None, help="with --defaults: this bundled dataset in place of the case's")
     parser.add_argument("--epochs", type=int, default=None,
                         help="with --defaults: this many epochs in place of the case's")
+    parser.add_argument("--updates", type=int, default=None,
+                        help="with --defaults: this many updates per epoch in place of the case's")
     parser.add_argument("--out", type=Path, default=None,
                         help="also write the rows into this page (docs/learning-seeds.md), keeping other cases' rows")
     parser.add_argument("--refiner", action="store_true", help="refine each model step with the PDE-Refiner")
@@ -119,16 +121,17 @@ def main() -> None:
         parser.error("seeds must be >= 0, --threads and --jobs at least 1")
     if args.out is not None and (args.refiner or args.refiner_sigma_min is not None):
         parser.error("--out records the tests' own runs: leave out --refiner")
-    if (args.dataset is not None or args.epochs is not None) and not args.defaults:
-        parser.error("--dataset and --epochs go with --defaults (a case's own settings keep its dataset and schedule)")
-    if args.epochs is not None and args.epochs < 1:
-        parser.error("--epochs must be at least 1")
+    if (args.dataset, args.epochs, args.updates) != (None, None, None) and not args.defaults:
+        parser.error("--dataset, --epochs and --updates go with --defaults (a case's own settings keep its dataset "
+                     "and schedule)")
+    if (args.epochs is not None and args.epochs < 1) or (args.updates is not None and args.updates < 1):
+        parser.error("--epochs and --updates must be at least 1")
     if args.dataset is not None:
         from mbrl_offline.data.sources import bundled_datasets
 
         if args.dataset not in bundled_datasets():
             parser.error(f"--dataset {args.dataset} is not a bundled dataset: {', '.join(bundled_datasets())}")
-    defaults = (args.dataset, args.epochs) if args.defaults else None
+    defaults = (args.dataset, args.epochs, args.updates) if args.defaults else None
     if defaults is not None:
         with_defaults(cases, args.agents, *defaults)
     if args.out is not None and args.out.suffix != ".md":

@@ -142,8 +142,12 @@ def test_one_step_has_the_written_out_gradient_and_touches_only_the_model():
             captured.update({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
 
     from mbrl_offline.policies import FunctionPolicy
+    passes, forward = [], model.forward
+    model.forward = lambda x, members=None: passes.append(members) or forward(x, members)  # the step's passes
     adversarial_step(model, Capture(model.parameters(), lr=0.1), obs, FunctionPolicy(lambda o: actions), agent, real,
                      never_terminal, AdversarialConfig(every=1, coef=0.5), generator=torch.Generator().manual_seed(5))
+    # the rollout rows' pass evaluates the elites only (the others' outputs are never read), the MLE pass all
+    assert len(passes) == 2 and torch.equal(passes[0], model.elites) and passes[1] is None
     for name, grad in expected.items():
         if grad is not None:
             torch.testing.assert_close(captured[name], grad, rtol=2e-4, atol=1e-6)
