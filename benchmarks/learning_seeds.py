@@ -17,8 +17,9 @@ commit, CPU and command, replacing the rows of the same case, settings, dataset 
 the others.
 ``--defaults`` runs the agents' published settings instead of their cases' (``--dataset``, ``--epochs``
 and ``--updates`` in place of the case's): the trial of a case before the test takes it. ``--refiner``
-refines each model step of the cases' generators (rollouts or NEUBAY's posterior) with the PDE-Refiner at its defaults
-(`mbrl_offline.models.refiner.RefinerConfig`; ``--refiner-sigma-min`` sets its last noise level).
+refines each model step of the cases' generators (rollouts or NEUBAY's posterior) with the PDE-Refiner at
+its defaults (`mbrl_offline.models.refiner.RefinerConfig`; ``--refiner-sigma-min`` sets its last noise
+level).
 """
 from __future__ import annotations
 
