@@ -243,7 +243,8 @@ def pgd(agent_cls, **settings):
 # NEUBAY at 24 x 125 (seeds 0 and 1 at -11.9 and -5.4 against 15.3), COPlanner at 40 x 125 (32.0, 100.0, 11.9
 # against 23.8) and EDAC's case at 12 x 250 (seeds 0 and 1 at 5.7 and 3.2 against 11.7).
 # Published settings on inverted-pendulum-medium-replay at 20 x 125 updates, seed 0 (bar 23.8): COMBO 10.3, CQL 9.8,
-# EDAC 9.5, MOBILE 20.8 (docs/learning-seeds.md); so those cases keep their adjusted settings.
+# EDAC 9.5, MOBILE 20.8, and MOBILE at 40 x 125 15.6 and 11.6 (seeds 0, 1; docs/learning-seeds.md); so those cases
+# keep their adjusted settings.
 # MOBILE's case samples 5 next states per elite for its penalty (num_samples; published 10): those samples'
 # target-critic values are most of an update's work, as 95% of a batch's rows are synthetic. With 5, seed 0
 # ended at 79.2 (evaluations -51.1, -28.9, 1.7, -16.9, -11.3, -23.9, 5.9, 40.5, 25.8, 37.1, 37.5, 80.5, 64.5,
