@@ -554,10 +554,10 @@ def adversarial_step(model, optimizer: torch.optim.Optimizer, obs: torch.Tensor,
         # The elites only: the step's sample and its log-probability read no other member, so the others'
         # forward (and its backward, of zeros) would be wasted: 2/7 of this pass at RAMBO's 5 elites of 7.
         elites = model.elites
-        mean, logvar = model.to_raw(*model(model.normalise(obs, actions), elites))  # (E, B, obs_dim + 1)
+        mean, logvar = model.predict(obs, actions, elites_only=True)  # (E, B, obs_dim + 1)
         mean = torch.cat([mean[..., :-1] + obs, mean[..., -1:]], dim=-1)  # [s', r]
         std = (0.5 * logvar).exp()
-        with torch.no_grad():  # one sample of every member, then one elite per row (OfflineRL-Kit's order):
+        with torch.no_grad():  # one sample of each elite, then one elite per row (OfflineRL-Kit's order):
             # the noise is drawn for all N members, as OfflineRL-Kit draws it, and the elites' rows kept, so
             # the generator's stream and every sample are those of a pass over all members
             noise = torch.randn((model.config.ensemble_size, *mean.shape[1:]), device=obs.device,
