@@ -392,3 +392,20 @@ def test_each_case_on_published_settings_has_seeds_that_all_pass_in_the_docs():
                           f"--out docs/{SEEDS_PAGE.name}")
         finals, passed = measured[0][4], measured[0][5]
         assert len(finals.split(",")) >= 3 and passed == "yes", (name, finals, passed)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--updates", "5"], "--dataset, --epochs and --updates go with --defaults"),
+    (["--defaults", "--updates", "0"], "--epochs and --updates must be at least 1"),
+])
+def test_the_seed_tool_refuses_a_schedule_it_cannot_run(arguments, message):
+    """`benchmarks/learning_seeds.py` refuses a schedule without ``--defaults`` (a case keeps its own) and a
+    schedule of no updates, with argparse's error line and exit status 2, before any run starts."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "learning_seeds.py"), "--agents", "iql",
+                           *arguments], capture_output=True, text=True, timeout=300)
+    last = done.stderr.strip().splitlines()[-1]
+    assert done.returncode == 2 and message in last and done.stdout == "", done.stderr
