@@ -11,13 +11,13 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_concurrent_runs_train_side_by_side_and_print_the_table(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "concurrent_runs.py"), "--agents", "td3bc", "mopo",
                            "--runs", "1", "2", "--epochs", "2", "--updates", "5", "--budget", "quick",
-                           "--dynamics-epochs", "1", "--threads", "1"], capture_output=True, text=True, timeout=600,
-                          cwd=tmp_path)
+                           "--dynamics-epochs", "1", "--threads", "1", "--dataset", "pendulum-medium"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith(("| td3bc", "| mopo"))]
     assert [(r[0].strip(), int(r[1])) for r in rows] == [("td3bc", 1), ("td3bc", 2), ("mopo", 1), ("mopo", 2)]
     assert all(float(r[3]) > 0 for r in rows) and rows[0][4].strip() == "1.00x"
-    assert "budget quick; 2 epochs x 5 updates per run on hopper-medium; MPS off" in done.stdout
+    assert "budget quick; 2 epochs x 5 updates per run on pendulum-medium; MPS off" in done.stdout
     assert list(tmp_path.iterdir()) == []  # the runs and the model cache lived in temporary folders
 
 

@@ -120,7 +120,10 @@ def test_a_documented_command_composes(document, command, capsys):
 
 @functools.lru_cache(maxsize=None)
 def setting_paths() -> frozenset:
-    """Every setting path of the train config, over every algorithm and every generator, and every tracker."""
+    """Every setting path of the train config: every algorithm with its own generator, every generator with
+    the first algorithm that takes it (an algorithm's settings are its config's whatever the generator, and a
+    generator's are its config's whatever the algorithm: the full cross, 78 compositions, gave the same paths
+    at four times the time), and every tracker."""
     paths = set()
 
     def walk(node, prefix):
@@ -130,13 +133,17 @@ def setting_paths() -> frozenset:
                 walk(value, f"{prefix}{key}.")
 
     for algo in ALGORITHMS:
-        for generator in [None, *GENERATORS]:
-            overrides = [f"algo={algo}"] + ([f"generator={generator}"] if generator else [])
+        walk(OmegaConf.to_container(compose(CONFIGS, "train", [f"algo={algo}"])), "")
+    for generator in GENERATORS:
+        for algo in ALGORITHMS:
             try:
-                cfg = compose(CONFIGS, "train", overrides)
-            except Exception:  # a generator this algorithm's config cannot take: another pair has it
+                cfg = compose(CONFIGS, "train", [f"algo={algo}", f"generator={generator}"])
+            except Exception:  # a generator this algorithm's config cannot take: another one has it
                 continue
             walk(OmegaConf.to_container(cfg), "")
+            break
+        else:
+            raise AssertionError(f"no algorithm takes generator={generator}")
     for tracker in TRACKERS:
         walk(OmegaConf.to_container(compose(CONFIGS, "train", [f"logger={tracker}"])), "")
     return frozenset(paths)

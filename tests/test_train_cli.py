@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from mbrl_offline.algorithms import ALGORITHMS
 from mbrl_offline.config import CONFIG_DIR
@@ -43,7 +44,8 @@ def test_train_then_evaluate(tmp_path, device):
     assert resumed.returncode == 0, resumed.stderr
 
 
-@pytest.mark.parametrize("override, message", [
+# A mistake on the command line and the one line it gets (its start).
+BAD_OVERRIDES = [
     ("algo=ravel", f"error: unknown algo 'ravel'. Did you mean 'ravl'? Known: {', '.join(sorted(ALGORITHMS))}."),
     ("env=hoper", "error: unknown env 'hoper'. Did you mean 'hopper'? Known: ant, halfcheetah, hopper,"),
     ("algo.etta=1", "error: unknown setting 'algo.etta'. Did you mean 'algo.eta'? Valid: num_critics, eta,"),
@@ -116,12 +118,38 @@ def test_train_then_evaluate(tmp_path, device):
     # a setting another makes ineffective is refused, naming both
     ("algo=neubay generator.every=500", "error: generator.every=500 has no effect while generator.utd=0.05 schedules "
                                         "the generations"),
-])
-def test_bad_overrides_give_one_error_line(tmp_path, override, message):
+]
+
+
+@pytest.mark.parametrize("override, message", BAD_OVERRIDES)
+def test_bad_overrides_give_one_error_line(tmp_path, override, message, monkeypatch, capsys):
+    """The train tool's ``main`` in this process (a new process per case cost seconds each, most of it imports):
+    exit status 2, one line on stderr, nothing on stdout and no run folder."""
+    from test_tools_cli import run_in_process
+
+    monkeypatch.setenv("MBRL_OFFLINE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    threads = torch.get_num_threads()
+    try:
+        status, out, err = run_in_process("train", [*override.split(), f"trainer.run_dir={tmp_path / 'run'}"],
+                                          monkeypatch, capsys)
+    finally:
+        torch.set_num_threads(threads)  # a case may get as far as applying torch_threads
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1 and lines[0].startswith(message) and out == "", err
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
+
+
+@pytest.mark.parametrize("override, message", [case for case in BAD_OVERRIDES if case[0] in (
+    "algo=ravel", "trainer.epochs=many", "overwrite=no", "trainer.epoch=5 algo.etta=0.5", "=5",
+    "algo=neubay generator.every=500", "algo=mobile generator=none")])
+def test_bad_overrides_give_one_error_line_from_a_new_process(tmp_path, override, message):
+    """Some of `BAD_OVERRIDES` as a user runs them, ``python examples/train.py ...``: what the process itself
+    prints (no warning from an import beside the line) and its exit status."""
     result = run("train.py", *override.split(), f"trainer.run_dir={tmp_path / 'run'}", tmp_path=tmp_path)
     lines = result.stderr.strip().splitlines()
     assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), result.stderr
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
 
 
 def finished_run(folder: Path) -> dict:

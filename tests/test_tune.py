@@ -110,7 +110,7 @@ def test_interrupted_trial_is_retried_and_resumes_its_runs(tmp_path, stop):
 SPACE = "algo.num_critics, algo.eta, generator.mixing.real_ratio, generator.rollout.horizon"
 
 
-def test_bad_sweep_settings_give_one_error_line(tmp_path):
+def test_bad_sweep_settings_give_one_error_line(tmp_path, capsys):
     cases = [
         ("+sweep.space.algo.etta={type:float,low:0.1,high:1}",
          "error: the search space sets algo.num_critics, algo.eta, algo.etta, generator.mixing.real_ratio, "
@@ -128,11 +128,24 @@ def test_bad_sweep_settings_give_one_error_line(tmp_path):
         ("sweep.storage=postgresql://nobody:secret@127.0.0.1:1/db", "error: cannot open sweep.storage "
                                                                     "postgresql://nobody:***@127.0.0.1:1/db: "),
     ]
-    for override, message in cases:
-        result = sweep_cli(tmp_path, override, base=[o for o in TINY if not o.startswith("sweep.space")])
-        lines = result.stderr.strip().splitlines()
-        assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(message), (override, result.stderr)
-        assert not (tmp_path / "sweep").exists()
+    base = [o for o in TINY if not o.startswith("sweep.space")]
+    # the first as a user runs it (what the process prints, its exit status); the rest through the tool's
+    # main in this process (a new process per case cost seconds each, most of it imports)
+    result = sweep_cli(tmp_path, cases[0][0], base=base)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1 and lines[0].startswith(cases[0][1]), result.stderr
+    assert not (tmp_path / "sweep").exists()
+    from test_tools_cli import run_in_process
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("MBRL_OFFLINE_CACHE", str(tmp_path / "cache"))
+        patch.chdir(tmp_path)
+        for override, message in cases:
+            status, _, err = run_in_process("sweep", [*base, f"sweep.dir={tmp_path / 'sweep'}", override], patch,
+                                              capsys)
+            lines = err.strip().splitlines()
+            assert status == 2 and len(lines) == 1 and lines[0].startswith(message), (override, err)
+            assert not (tmp_path / "sweep").exists() and not (tmp_path / "cache").exists()
 
 
 def test_a_study_keeps_its_search_space(tmp_path):

@@ -243,7 +243,12 @@ def test_a_preset_is_refused_on_another_env_and_accepted_on_its_own():
         resolve_train_config(compose(CONFIGS, "train", ["algo=mopo", "env=pendulum", "preset=mopo-hopper-medium"]))
     assert str(error.value) == ("that preset holds the settings published for hopper-medium, not for env pendulum; "
                                 "use env=hopper, or a mopo-pendulum-... preset, or no preset.")
-    for path in sorted((CONFIGS / "preset").glob("*.yaml")):  # every preset, on an env it was not made for
+    # one preset of each algorithm, on an env it was not made for (the refusal reads the preset's own
+    # preset_env, which test_every_preset_names_the_algorithm_env_and_dataset_it_was_made_for checks in every file)
+    first = {}
+    for path in sorted((CONFIGS / "preset").glob("*.yaml")):
+        first.setdefault(path.stem.split("-")[0], path)
+    for path in first.values():
         algo, env, level = path.stem.split("-", 2)
         other = "walker2d" if env == "halfcheetah" else "halfcheetah"  # the same sizes as walker2d
         with pytest.raises(ConfigError, match=f"published for {env}-{level}, not for env {other}; use env={env}"):
