@@ -58,7 +58,7 @@ def outside(monkeypatch):
     for group, name in added:
         for option in (name, f"{name}_defaults"):
             repo.get(group, {}).pop(f"{option}.yaml", None)
-    config_files._STORED = None  # the next composition stores the registry's nodes again
+    config_files._STORED = []  # the next composition stores the registry's nodes again
 
 
 def test_an_outside_agent_and_generator_train_from_python(outside, tmp_path):
