@@ -74,6 +74,10 @@ def register_config_defaults(config_dir: Optional[str | Path] = None) -> None:
     if _STORED == nodes:
         return
     store = ConfigStore.instance()
+    # an option stored earlier whose family has left the registry (a plugin taken out again) leaves the store
+    # too, so that no composition offers it or lists it among the known options
+    for group, name in {(g, n) for g, n, _ in _STORED} - {(g, n) for g, n, _ in nodes}:
+        store.repo.get(group, {}).pop(f"{name}.yaml", None)
     for group, name, node in nodes:
         store.store(group=group, name=name, node=node)
     _STORED = nodes

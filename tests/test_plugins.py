@@ -43,22 +43,10 @@ def outside(monkeypatch):
     import outside_family
 
     yield outside_family
-    new_agents, new_generators = set(registry.AGENTS) - set(agents), set(registry.GENERATORS) - set(generators)
-    added = {("algo", name) for name in new_agents} | {("generator", name) for name in new_agents | new_generators}
     registry.AGENTS.clear(), registry.AGENTS.update(agents)
     registry.GENERATORS.clear(), registry.GENERATORS.update(generators)
     sys.modules.pop("outside_family", None)
-    # and out of Hydra's config store, where a composition put them as config group options (`algo=outside-bc`):
-    # else a later test in this process would still find them there (an unknown algo's line lists them)
-    from hydra.core.config_store import ConfigStore
-
-    from mbrl_offline import config_files
-
-    repo = ConfigStore.instance().repo
-    for group, name in added:
-        for option in (name, f"{name}_defaults"):
-            repo.get(group, {}).pop(f"{option}.yaml", None)
-    config_files._STORED = []  # the next composition stores the registry's nodes again
+    # (the next composition takes its options out of Hydra's config store: `register_config_defaults`)
 
 
 def test_an_outside_agent_and_generator_train_from_python(outside, tmp_path):

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import h5py
 import pytest
+import torch
 import yaml
 
 from mbrl_offline.algorithms import ALGORITHMS
@@ -55,8 +56,12 @@ def run_in_process(name: str, argv: list[str], monkeypatch, capsys) -> tuple[int
     """The tool's ``main(argv)`` in this process (as ``python examples/<name>.py argv``), for the commands that
     end in `SystemExit` (--help, --cfg job, errors): ``(exit status, stdout, stderr)``."""
     monkeypatch.setattr(sys, "argv", [str(ROOT / "examples" / f"{name}.py"), *argv])
-    with pytest.raises(SystemExit) as stopped:
-        load_tool(name).main(argv)
+    threads = torch.get_num_threads()
+    try:
+        with pytest.raises(SystemExit) as stopped:
+            load_tool(name).main(argv)
+    finally:
+        torch.set_num_threads(threads)  # a tool may get as far as applying its torch_threads
     out = capsys.readouterr()
     return stopped.value.code or 0, out.out, out.err
 

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from mbrl_offline.algorithms import ALGORITHMS
 from mbrl_offline.config import CONFIG_DIR
@@ -129,12 +128,8 @@ def test_bad_overrides_give_one_error_line(tmp_path, override, message, monkeypa
 
     monkeypatch.setenv("MBRL_OFFLINE_CACHE", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    threads = torch.get_num_threads()
-    try:
-        status, out, err = run_in_process("train", [*override.split(), f"trainer.run_dir={tmp_path / 'run'}"],
-                                          monkeypatch, capsys)
-    finally:
-        torch.set_num_threads(threads)  # a case may get as far as applying torch_threads
+    status, out, err = run_in_process("train", [*override.split(), f"trainer.run_dir={tmp_path / 'run'}"],
+                                      monkeypatch, capsys)
     lines = err.strip().splitlines()
     assert status == 2 and len(lines) == 1 and lines[0].startswith(message) and out == "", err
     assert not (tmp_path / "run").exists() and not (tmp_path / "cache").exists()
