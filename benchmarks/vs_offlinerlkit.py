@@ -1039,7 +1039,8 @@ def sac_side_by_side(checkout, update_order: str = "offlinerlkit_sac", updates: 
 
     _, train, _, _ = common_data("hopper-medium")
     torch.manual_seed(seed)
-    agent = RAMBO.for_dataset(train, RAMBOConfig(bc_epochs=bc_epochs, update_order=update_order))
+    agent = RAMBO.for_dataset(train, RAMBOConfig(bc_epochs=bc_epochs, update_order=update_order,
+                                                    fused_adam=False))  # Kit's Adam: the same rounding
     cfg = agent.config
     actor, critics, _ = kit_actor_and_critics(agent)
     log_alpha = torch.full((1,), agent.log_alpha.item(), requires_grad=True)

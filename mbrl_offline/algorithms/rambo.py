@@ -57,6 +57,9 @@ Differences from OfflineRL-Kit (``rambo.py``, ``sac.py``, ``mb_policy_trainer.py
   (docs/parity.md), and over 3 seeds of 2000 updates on hopper-medium the learning curves of both codes
   agree within the seeds' spread (at this order and at ``"official"``, the earlier default, whose actor
   read the critics before their step);
+* the optimisers' steps run as torch's fused Adam kernel (``fused_adam``; OfflineRL-Kit: torch's default
+  Adam): the same update rounded differently, one pass per parameter, about an eighth faster per update
+  (docs/performance.md); ``fused_adam=False`` is Kit's, and the step-by-step comparison runs it;
 * the critics are one batched ensemble; the rollouts' start states are drawn without replacement
   (OfflineRL-Kit's ``ReplayBuffer.sample``: with replacement), and the rollouts' noise and elite draws
   come from torch, not numpy (`mbrl_offline.generators.rollouts`);
@@ -100,6 +103,9 @@ class RAMBOConfig(OfflineRLKitSACConfig):
     # schedule (run_rambo.py sets none).
     actor_lr_cosine: bool = False
     update_order: str = "offlinerlkit_sac"
+    # Adam's fused kernel for the actor, critics and alpha: the same update as torch's per-tensor loop
+    # (OfflineRL-Kit's), rounded differently; False for the step-by-step comparison with Kit's code.
+    fused_adam: bool = True
     alpha_max: Optional[float] = 1.0
     # Observations standardised inside the agent with the dataset's mean and std + state_std_eps
     # (OfflineRL-Kit's normalize_obs: 1e-3); the generator's standardise_observations matches it.
