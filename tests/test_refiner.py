@@ -37,10 +37,15 @@ def known_system(rows: int = 4000, seed: int = 0) -> OfflineDataset:
 
 
 @pytest.fixture(scope="module")
-def fitted():
+def fitted(tmp_path_factory):
+    """The known system and a refiner fitted on it (8,000 updates), fitted once for pytest-xdist's workers:
+    through the cache in a folder they share, whose file lock lets one fit while the other waits."""
+    from conftest import shared_folder
+
     data = known_system()
-    refiner = DynamicsRefiner(3, 1, RefinerConfig(enabled=True, samples=4, updates=8000, hidden_size=128))
-    refiner.fit(data, progress=False)
+    torch.manual_seed(0)
+    refiner, _ = load_or_fit_refiner(data, RefinerConfig(enabled=True, samples=4, updates=8000, hidden_size=128),
+                                     shared_folder(tmp_path_factory, "refiner-fixture"), progress=False)
     return data, refiner
 
 
