@@ -58,7 +58,7 @@ Differences from OfflineRL-Kit (``rambo.py``, ``sac.py``, ``mb_policy_trainer.py
   agree within the seeds' spread (at this order and at ``"official"``, the earlier default, whose actor
   read the critics before their step);
 * the optimisers' steps run as torch's fused Adam kernel (``fused_adam``; OfflineRL-Kit: torch's default
-  Adam): the same update rounded differently, one pass per parameter, about an eighth faster per update
+  Adam): the same update rounded differently, one pass per parameter, which makes the update faster
   (docs/performance.md); ``fused_adam=False`` is Kit's, and the step-by-step comparison runs it;
 * the critics are one batched ensemble; the rollouts' start states are drawn without replacement
   (OfflineRL-Kit's ``ReplayBuffer.sample``: with replacement), and the rollouts' noise and elite draws
