@@ -87,7 +87,7 @@ def published(algo: str, dataset: str, generator: str | None = None):
 @functools.lru_cache(maxsize=None)
 def _composed(algo: str, dataset: str, generator: str | None):
     """`published`'s composition, once per process for each (algo, dataset, generator): the docs' seed-table
-    test compares every case with its published settings, which took about 30 compositions."""
+    test compares every case with its published settings, which took 26 compositions without it (14 with)."""
     from mbrl_offline.compose import env_choice, run_configs
 
     config, generator_config, _ = run_configs(algo, "cpu", generator, env=env_choice(load_dataset(dataset)),
