@@ -47,6 +47,7 @@ from mbrl_offline.errors import CheckpointError, ConfigError, InputError, NotFit
 from mbrl_offline.models.diffusion import DiffusionModel, DiffusionTrainConfig, load_or_fit_diffusion
 from mbrl_offline.models.dynamics import DynamicsConfig, load_or_fit_dynamics
 from mbrl_offline.torch_files import load_plain, save_plain
+from mbrl_offline.utils import adam_kernel
 
 SCORE_ON = ("states", "state_actions")
 COMBINE = ("delta", "blend", "replace")
@@ -126,7 +127,7 @@ class InverseDynamics(nn.Module):
         self.std.copy_(pairs.std(0).clamp_min(1e-6))
         target = 2 * (act - self.low) / (self.high - self.low) - 1
         generator = torch.Generator(device=device).manual_seed(seed)
-        optimizer = torch.optim.Adam(self.net.parameters(), lr=lr)
+        optimizer = torch.optim.Adam(self.net.parameters(), lr=lr, **adam_kernel())
         for _ in range(updates):
             rows = torch.randint(0, len(obs), (batch_size,), device=device, generator=generator)
             loss = (self.net((pairs[rows] - self.mean) / self.std) - target[rows]).pow(2).mean()

@@ -206,6 +206,16 @@ def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) ->
     torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
 
 
+def adam_kernel(fused: bool = False) -> dict:
+    """The keyword that picks how torch's Adam and AdamW run their step: ``fused=True`` (one fused kernel
+    per parameter; the same maths, rounded differently) where ``fused``, else ``foreach=True``. On the CPU
+    the foreach path applies the per-tensor loop's operators to each tensor in turn (torch's
+    ``_foreach_*`` ops have no CPU kernels of their own), so its parameters equal the default loop's bit
+    for bit (tests/test_utils.py), with one Python call per operator instead of one per operator and
+    tensor; on CUDA it is torch's default."""
+    return {"fused": True} if fused else {"foreach": True}
+
+
 def cosine_decay(step: float, total: float, floor: float = 0.0) -> float:
     """The library's one cosine learning-rate schedule: the factor of the base rate after ``step`` of
     ``total`` steps, ``(1 - floor) (1 + cos(pi min(step, total) / total)) / 2 + floor``, from 1 at step 0

@@ -22,6 +22,7 @@ from mbrl_offline.config import require_positive
 from mbrl_offline.data.envs import get_env_info
 from mbrl_offline.policies import checked_observations, history_inputs
 from mbrl_offline.roles import GeneratorConfig
+from mbrl_offline.utils import adam_kernel
 
 
 @dataclass
@@ -62,7 +63,7 @@ class FakeRecurrent:
         h = config.hidden_size
         self.net = torch.nn.ModuleDict({"inp": torch.nn.Linear(self.input_dim, h), "rec": torch.nn.Linear(h, h, bias=False),
                                         "act": torch.nn.Linear(h, act_dim), "rew": torch.nn.Linear(h, 1)}).to(self.device)
-        self.optim = torch.optim.Adam(self.net.parameters(), lr=config.lr)
+        self.optim = torch.optim.Adam(self.net.parameters(), lr=config.lr, **adam_kernel())
         self.low = torch.as_tensor(np.asarray(action_low), dtype=torch.float32, device=self.device)
         self.high = torch.as_tensor(np.asarray(action_high), dtype=torch.float32, device=self.device)
         self.updates = 0

@@ -188,6 +188,10 @@ def test_agent_meets_the_roles(name, generator, data, cache, tmp_path):
     metrics = agent.update(trainer.mixing.sample(real_source(trainer), trainer.synthetic, agent.config.batch_size,
                                                  trainer.rng))
     assert metrics and all(v.dim() == 0 and torch.isfinite(v) for v in metrics.values())
+    # its optimisers step through torch's multi-tensor or fused path (`mbrl_offline.utils.adam_kernel`), not the
+    # per-tensor Python loop torch takes on the CPU by default
+    optimisers = [v for v in vars(agent).values() if isinstance(v, torch.optim.Optimizer)]
+    assert all(group["foreach"] or group["fused"] for o in optimisers for group in o.param_groups), name
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -105,3 +105,31 @@ def test_frozen_takes_a_modules_parameters_out_of_autograd_for_the_block_only():
         with frozen(net):
             raise ValueError("inside")
     assert [p.requires_grad for p in net.parameters()] == [True, True, True, False]
+
+
+@pytest.mark.parametrize("optimizer, settings", [
+    ("Adam", {}), ("Adam", {"weight_decay": 1e-2}), ("AdamW", {"weight_decay": 1e-2, "betas": (0.9, 0.99)})])
+def test_the_multi_tensor_adam_equals_the_per_tensor_loop_bit_for_bit_on_the_cpu(optimizer, settings):
+    """`adam_kernel()` (``foreach=True``) gives the parameters and moments of torch's default CPU loop exactly,
+    step after step, with two parameter groups and a complex parameter (an LRU's), so that switching an
+    agent to it changes no result."""
+    import torch
+
+    from mbrl_offline.utils import adam_kernel
+
+    def run(kernel: dict):
+        torch.manual_seed(0)
+        params = [torch.randn(64, 32, requires_grad=True), torch.randn(32, requires_grad=True),
+                  torch.randn(16, dtype=torch.complex64, requires_grad=True), torch.randn(5, 3, 7, requires_grad=True)]
+        opt = getattr(torch.optim, optimizer)([{"params": params[:2], "lr": 1e-3}, {"params": params[2:], "lr": 3e-3}],
+                                              **settings, **kernel)
+        grads = torch.Generator().manual_seed(1)
+        for _ in range(40):
+            for p in params:
+                p.grad = torch.randn(p.shape, generator=grads, dtype=p.dtype)
+            opt.step()
+        return [t.clone() for p in params for t in (p.detach(), opt.state[p]["exp_avg"], opt.state[p]["exp_avg_sq"])]
+
+    loop, foreach = run({"foreach": False}), run(adam_kernel())
+    assert adam_kernel() == {"foreach": True} and adam_kernel(fused=True) == {"fused": True}
+    assert all(torch.equal(a, b) for a, b in zip(loop, foreach))

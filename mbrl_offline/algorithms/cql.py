@@ -101,7 +101,7 @@ from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import INITS, CriticEnsemble, TanhGaussianActor
 from mbrl_offline.policies import CriticValue, FeedForwardAgent
 from mbrl_offline.registry import register_agent
-from mbrl_offline.utils import soft_update
+from mbrl_offline.utils import adam_kernel, soft_update
 
 LSE_MODES = ("joint", "per_repeat")  # the paper's 3R-way log-sum-exp; OfflineRL-Kit's 3-way one, averaged
 UPDATE_ORDERS = ("kit", "corl")
@@ -261,10 +261,11 @@ class CQL(CriticValue, FeedForwardAgent):
                                             requires_grad=config.with_lagrange)
         self.regulariser = CQLRegulariser(config.num_repeats, config.temperature, config.lse_mode,
                                           action_low, action_high, self.device)
-        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr)
-        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
-        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr) if config.auto_alpha else None
-        self.alpha_prime_optim = (torch.optim.Adam([self.log_alpha_prime], lr=config.cql_alpha_lr)
+        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr, **adam_kernel())
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr, **adam_kernel())
+        self.alpha_optim = (torch.optim.Adam([self.log_alpha], lr=config.alpha_lr, **adam_kernel()) if config.auto_alpha
+                            else None)
+        self.alpha_prime_optim = (torch.optim.Adam([self.log_alpha_prime], lr=config.cql_alpha_lr, **adam_kernel())
                                   if config.with_lagrange else None)
         self.updates = 0
 

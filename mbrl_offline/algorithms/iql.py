@@ -56,7 +56,7 @@ from mbrl_offline.config import (check_field_types, config_argument, require_abo
                                  require_nonnegative, require_positive)
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.policies import CriticValue, FeedForwardAgent
-from mbrl_offline.utils import anneal_cosine, soft_update
+from mbrl_offline.utils import adam_kernel, anneal_cosine, soft_update
 from mbrl_offline.registry import register_agent
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0  # CORL's clamp of the actor's log-std
@@ -139,9 +139,9 @@ class IQL(CriticValue, FeedForwardAgent):
         self.actor = mlp(obs_dim, act_dim, h, layers).to(self.device)  # tanh(actor(s)): the mean
         self.log_std = nn.Parameter(torch.zeros(act_dim, device=self.device))
         actor_params = list(self.actor.parameters()) + ([] if config.deterministic_actor else [self.log_std])
-        self.actor_optim = torch.optim.Adam(actor_params, lr=config.actor_lr)
-        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
-        self.value_optim = torch.optim.Adam(self.value.parameters(), lr=config.value_lr)
+        self.actor_optim = torch.optim.Adam(actor_params, lr=config.actor_lr, **adam_kernel())
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr, **adam_kernel())
+        self.value_optim = torch.optim.Adam(self.value.parameters(), lr=config.value_lr, **adam_kernel())
 
     @classmethod
     def for_dataset(cls, dataset, config: Optional[IQLConfig] = None, device: str | torch.device = "cpu",

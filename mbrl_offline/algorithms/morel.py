@@ -89,6 +89,7 @@ from mbrl_offline.generators.rollouts import RolloutConfig, RolloutGeneratorConf
 from mbrl_offline.models.dynamics import dynamics_recipe
 from mbrl_offline.policies import FeedForwardAgent, agent_for_dataset
 from mbrl_offline.registry import register_agent
+from mbrl_offline.utils import adam_kernel
 
 
 # ------------------------------------------------------------------------------------------ config
@@ -305,7 +306,7 @@ class MOReL(FeedForwardAgent):
             layers += [nn.Linear(a, b)] + ([nn.ReLU()] if i < len(sizes) - 2 else [])
         self.baseline = nn.Sequential(*layers).to(self.device)
         self.baseline_optim = torch.optim.Adam(self.baseline.parameters(), lr=config.baseline_lr,
-                                               weight_decay=config.baseline_l2)
+                                               weight_decay=config.baseline_l2, **adam_kernel())
         self.updates = 0
 
     @classmethod
@@ -328,7 +329,7 @@ class MOReL(FeedForwardAgent):
         replacement, Adam on every policy parameter (the log-std gets no gradient)."""
         cfg = self.config
         observations, actions = observations.to(self.device), actions.to(self.device)
-        optim = torch.optim.Adam(self.pi.parameters(), lr=cfg.bc_lr)
+        optim = torch.optim.Adam(self.pi.parameters(), lr=cfg.bc_lr, **adam_kernel())
         rows = len(observations)
         for _ in range(cfg.bc_epochs * (rows // cfg.batch_size)):
             index = torch.randint(0, rows, (cfg.batch_size,), device=self.device, generator=generator)

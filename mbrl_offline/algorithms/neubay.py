@@ -77,7 +77,7 @@ from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.networks import tanh_gaussian_draw, tanh_gaussian_log_prob, tanh_gaussian_log_prob_of
 from mbrl_offline.models.recurrent import ENCODERS, Block, EnsembleHeads, RecurrentEncoder
 from mbrl_offline.policies import agent_for_dataset, checked_observations, history_inputs
-from mbrl_offline.utils import clean_and_clip, cosine_decay, frozen, soft_update
+from mbrl_offline.utils import adam_kernel, clean_and_clip, cosine_decay, frozen, soft_update
 from mbrl_offline.registry import register_agent
 
 
@@ -298,14 +298,15 @@ class NEUBAY:
         self.actor_optim = self._adamw([self.actor.encoder, self.actor.head], [actor_encoder_lr, config.actor_head_lr])
         self.critic_schedule = [(critic_encoder_lr, config.critic_lr_ratio), (config.critic_head_lr, config.critic_lr_ratio)]
         self.actor_schedule = [(actor_encoder_lr, config.actor_lr_ratio), (config.actor_head_lr, config.actor_lr_ratio)]
-        self.alpha_optim = torch.optim.Adam([self.log_alpha], lr=config.alpha_lr) if self.auto_alpha else None
+        self.alpha_optim = (torch.optim.Adam([self.log_alpha], lr=config.alpha_lr, **adam_kernel()) if self.auto_alpha
+                            else None)
         self.updates = 0  # optimiser steps taken: the schedules' clock
         self.total_updates = config.schedule_updates  # None until `set_total_updates` (then: constant rates)
 
     def _adamw(self, modules: list[nn.Module], rates: list[float]) -> torch.optim.AdamW:
         groups = [{"params": list(module.parameters()), "lr": lr} for module, lr in zip(modules, rates)]
         return torch.optim.AdamW(groups, betas=(0.9, 0.999), eps=self.config.adam_eps, weight_decay=0.0,
-                                 fused=self.config.fused_adam or None)
+                                 **adam_kernel(self.config.fused_adam))
 
     @property
     def alpha(self) -> torch.Tensor:

@@ -59,7 +59,8 @@ Differences from OfflineRL-Kit (``rambo.py``, ``sac.py``, ``mb_policy_trainer.py
   read the critics before their step);
 * the optimisers' steps run as torch's fused Adam kernel (``fused_adam``; OfflineRL-Kit: torch's default
   Adam): the same update rounded differently, one pass per parameter, which makes the update faster
-  (docs/performance.md); ``fused_adam=False`` is Kit's, and the step-by-step comparison runs it;
+  (docs/performance.md); ``fused_adam=False`` gives Kit's numbers bit for bit (torch's multi-tensor step,
+  `mbrl_offline.utils.adam_kernel`), and the step-by-step comparison runs it;
 * the critics are one batched ensemble; the rollouts' start states are drawn without replacement
   (OfflineRL-Kit's ``ReplayBuffer.sample``: with replacement), and the rollouts' noise and elite draws
   come from torch, not numpy (`mbrl_offline.generators.rollouts`);
@@ -90,6 +91,7 @@ from mbrl_offline.generators.rollouts import AdversarialConfig, RolloutConfig, R
 from mbrl_offline.models.dynamics import dynamics_recipe
 from mbrl_offline.policies import agent_for_dataset
 from mbrl_offline.registry import register_agent
+from mbrl_offline.utils import adam_kernel
 
 BC_LOSSES = ("mse_sample", "nll")
 
@@ -104,7 +106,8 @@ class RAMBOConfig(OfflineRLKitSACConfig):
     actor_lr_cosine: bool = False
     update_order: str = "offlinerlkit_sac"
     # Adam's fused kernel for the actor, critics and alpha: the same update as torch's per-tensor loop
-    # (OfflineRL-Kit's), rounded differently; False for the step-by-step comparison with Kit's code.
+    # (OfflineRL-Kit's), rounded differently; False (the loop's numbers exactly) for the step-by-step comparison
+    # with Kit's code.
     fused_adam: bool = True
     alpha_max: Optional[float] = 1.0
     # Observations standardised inside the agent with the dataset's mean and std + state_std_eps
@@ -178,7 +181,7 @@ class RAMBO(SAC):
             return []
         obs = self.normalise(torch.as_tensor(observations, dtype=torch.float32, device=self.device))
         act = torch.as_tensor(actions, dtype=torch.float32, device=self.device)
-        optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.bc_lr)
+        optimizer = torch.optim.Adam(self.actor.parameters(), lr=cfg.bc_lr, **adam_kernel())
         batches = len(obs) // cfg.bc_batch_size
         scale = self.actor.action_scale
         losses = []

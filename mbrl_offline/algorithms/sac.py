@@ -59,11 +59,11 @@ from mbrl_offline.config import (check_field_types, config_argument, require_abo
 from mbrl_offline.errors import ConfigError
 from mbrl_offline.models.networks import CriticEnsemble, TanhGaussianActor, check_init
 from mbrl_offline.policies import CriticValue, FeedForwardAgent
-from mbrl_offline.utils import CUDAGraphed, anneal_cosine, soft_update
+from mbrl_offline.utils import CUDAGraphed, adam_kernel, anneal_cosine, soft_update
 
 
 def _adam(params, lr: float, fused: bool, capturable: bool) -> torch.optim.Adam:
-    return torch.optim.Adam(list(params), lr=lr, fused=fused or None, capturable=capturable)
+    return torch.optim.Adam(list(params), lr=lr, capturable=capturable, **adam_kernel(fused))
 
 
 @torch.no_grad()

@@ -49,7 +49,7 @@ from mbrl_offline.config import (check_field_types, config_argument, require_abo
                                  require_nonnegative, require_positive)
 from mbrl_offline.models.networks import CriticEnsemble, mlp
 from mbrl_offline.policies import CriticValue, FeedForwardAgent
-from mbrl_offline.utils import soft_update
+from mbrl_offline.utils import adam_kernel, soft_update
 from mbrl_offline.registry import register_agent
 
 
@@ -113,8 +113,8 @@ class TD3BC(CriticValue, FeedForwardAgent):
         self.critic = CriticEnsemble(obs_dim, act_dim, 2, config.hidden_size, config.hidden_layers,
                                      init="torch").to(self.device)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
-        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr)
-        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr)
+        self.actor_optim = torch.optim.Adam(self.actor.parameters(), lr=config.actor_lr, **adam_kernel())
+        self.critic_optim = torch.optim.Adam(self.critic.parameters(), lr=config.critic_lr, **adam_kernel())
         self.updates = 0
         self._actor_loss = torch.zeros((), device=self.device)  # the last actor loss, reported between actor steps
         self._bc_loss = torch.zeros((), device=self.device)

@@ -90,7 +90,7 @@ from mbrl_offline.errors import ConfigError, InputError
 from mbrl_offline.models.ensemble import EnsembleLayerNorm, EnsembleLinear
 from mbrl_offline.models.fitting import fit_ensemble, select_elites, split_holdout
 from mbrl_offline.models.recurrent import Block, RecurrentEncoder
-from mbrl_offline.utils import clean_and_clip, progress_bar
+from mbrl_offline.utils import adam_kernel, clean_and_clip, progress_bar
 
 EVAL_PROBS = (0.01, 0.15, 0.3, 0.45, 0.55, 0.7, 0.85, 0.99)
 ARMS = 2
@@ -278,7 +278,8 @@ def fit_reward_ensemble(actions: torch.Tensor, rewards: torch.Tensor, config: Ba
                           improvement_threshold=config.model_improvement, improvement="absolute", drop_last=False)
     train, holdout = split_holdout(len(x), config.holdout_ratio, None, 1, generator, x.device)
     train_x, train_y = x[train], y[train]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.model_lr, weight_decay=config.model_weight_decay)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.model_lr, weight_decay=config.model_weight_decay,
+                                  **adam_kernel())
 
     def train_batch(rows: torch.Tensor) -> torch.Tensor:  # rows (members, batch): member i trains on rows[i]
         mean, log_std = model(train_x[rows])
@@ -364,7 +365,8 @@ class RecurrentDQN:
         self.target = copy.deepcopy(self.q).requires_grad_(False)
         self.groups = [self.q.encoder_parameters(), self.q.head_parameters()]
         self.optimizer = torch.optim.Adam([{"params": self.groups[0], "lr": config.encoder_lr},
-                                           {"params": self.groups[1], "lr": config.head_lr}], eps=config.adam_eps)
+                                           {"params": self.groups[1], "lr": config.head_lr}], eps=config.adam_eps,
+                                          **adam_kernel())
 
     def loss(self, tape: dict) -> tuple[torch.Tensor, dict]:
         """The masked Huber TD loss on one tape: ``observations (T, in)``, ``actions (T,)``, ``rewards (T,)``

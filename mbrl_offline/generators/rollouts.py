@@ -124,6 +124,7 @@ from mbrl_offline.models.uncertainty import max_pairwise_distance
 from mbrl_offline.pairing import check_policy
 from mbrl_offline.registry import register_generator
 from mbrl_offline.roles import GeneratorConfig, Policy, ValueFunction
+from mbrl_offline.utils import adam_kernel
 PENALTIES = ("none", "aleatoric", "disagreement", "epistemic", "refiner")
 PLANNERS = ("policy", "upmpc")
 UNCERTAINTIES = ("aleatoric", "disagreement", "epistemic")
@@ -598,7 +599,7 @@ class AdversarialTrainer:
         self.dynamics, self.termination_fn, self.config = dynamics, termination_fn, config
         self.horizon = config.horizon or horizon
         self.model = dynamics.inner if isinstance(dynamics, StandardisedDynamics) else dynamics
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=config.learning_rate, **adam_kernel())
 
     def run(self, policy: Policy, value: ValueFunction, real: dict[str, torch.Tensor],
             generator: Optional[torch.Generator] = None) -> dict[str, float]:

@@ -66,7 +66,7 @@ from mbrl_offline.config import (check_field_types,
 from mbrl_offline.errors import CheckpointError, ConfigError, InputError, NotFittedError
 from mbrl_offline.models.unet import TemporalUNet
 from mbrl_offline.torch_files import load_plain, save_plain
-from mbrl_offline.utils import cosine_decay, progress_bar
+from mbrl_offline.utils import adam_kernel, cosine_decay, progress_bar
 
 EULER_FROM = ("churned", "unchurned")
 SCHEDULES = ("cosine", "warmup_cosine", "constant")
@@ -478,7 +478,8 @@ def fit_diffusion(model: ElucidatedDiffusion, data: Tensor, config: DiffusionTra
     data = data.to(device)
     batch = config.batch_for(len(data))
     ema = AveragedModel(net, multi_avg_fn=get_ema_multi_avg_fn(config.ema_decay))
-    optimizer = torch.optim.AdamW(net.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay,
+                                  **adam_kernel())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_factor(config))
     log, running, count = [], torch.zeros((), device=device), 0
     net.train()

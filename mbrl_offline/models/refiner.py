@@ -56,7 +56,7 @@ from mbrl_offline.errors import CheckpointError, ConfigError, NotFittedError
 from mbrl_offline.models.dynamics import transition_arrays
 from mbrl_offline.models.fitting import check_fit_rows
 from mbrl_offline.torch_files import load_plain, save_plain
-from mbrl_offline.utils import progress_bar
+from mbrl_offline.utils import adam_kernel, progress_bar
 
 REFINER_STARTS = ("ensemble", "own")
 
@@ -199,7 +199,7 @@ class DynamicsRefiner(nn.Module):
         average = copy.deepcopy(self.net)
         for p in average.parameters():
             p.requires_grad_(False)
-        optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate)
+        optimizer = torch.optim.Adam(self.net.parameters(), lr=cfg.learning_rate, **adam_kernel())
         trained = self.net
         self.train_log = []
         bar = progress_bar(iterable=range(cfg.updates), desc="refiner", disable=not progress)
