@@ -21,6 +21,7 @@ from mbrl_offline.errors import ConfigError
 from mbrl_offline.policies import FeedForwardAgent
 from mbrl_offline.registry import register_agent, register_generator
 from mbrl_offline.roles import GeneratorConfig
+from mbrl_offline.utils import adam_kernel
 
 
 @dataclass
@@ -114,7 +115,7 @@ class GaussianBC(FeedForwardAgent):
         self.net = torch.nn.Sequential(torch.nn.Linear(obs_dim, h), torch.nn.ReLU(), torch.nn.Linear(h, h),
                                        torch.nn.ReLU(), torch.nn.Linear(h, act_dim)).to(self.device)
         self.log_std = torch.zeros(act_dim, device=self.device, requires_grad=True)
-        self.optim = torch.optim.Adam([*self.net.parameters(), self.log_std], lr=config.lr)
+        self.optim = torch.optim.Adam([*self.net.parameters(), self.log_std], lr=config.lr, **adam_kernel())
 
     def _log_prob(self, obs, actions):
         mean, std = self.net(obs), self.log_std.clamp(-5, 2).exp()
