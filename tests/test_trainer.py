@@ -370,3 +370,41 @@ def test_feed_forward_evaluation_is_bit_identical_to_calling_act(data, tmp_path)
     seed = int(np.random.SeedSequence([trainer.config.seed, trainer.epoch]).generate_state(1)[0] % 2**31)
     before = evaluate_policy(lambda obs: trainer.agent.act(obs, deterministic=True), trainer.env, 2, seed)
     assert trainer.evaluate(2) == before
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_ctrl_c_that_python_loses_in_a_weakref_callback_still_stops_the_run(data, tmp_path):
+    """Python raises KeyboardInterrupt wherever the main thread is when SIGINT arrives; inside a weakref
+    callback (SQLAlchemy's, under a sweep's Optuna storage) it is printed as "Exception ignored" and lost,
+    and a sweep went on to its end. In `interrupts_kept` (every tool runs in it) the trainer raises it at its
+    next update instead: here a SIGINT sent from inside a weakref callback at the first evaluation stops the
+    run in the next epoch, and after the block nothing is left pending."""
+    import signal
+    import weakref
+
+    from mbrl_offline.utils import interrupts_kept, raise_if_interrupted
+
+    class Referent:
+        pass
+
+    lost = []
+
+    class CtrlCInACallback:
+        def on_eval(self, trainer, epoch, result):
+            referent = Referent()
+            ref = weakref.ref(referent, lambda _: signal.raise_signal(signal.SIGINT))
+            del referent  # the callback runs here; the KeyboardInterrupt raised in it goes nowhere
+            lost.append(ref() is None)
+
+    trainer = make_trainer(data, tmp_path / "run", tmp_path / "cache", epochs=4, eval_every=1,
+                           generator=NoGeneratorConfig())
+    trainer.callbacks.append(CtrlCInACallback())
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest-xdist's workers may ignore it
+    try:
+        with interrupts_kept():
+            with pytest.raises(KeyboardInterrupt):
+                trainer.train()
+        raise_if_interrupted()  # nothing pending after the block
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert lost == [True] and trainer.epoch == 1  # stopped at the first update of epoch 2
