@@ -25,7 +25,6 @@ from mbrl_offline import platform
 from mbrl_offline.config import check_writable_dir, config_path_shown
 from mbrl_offline.config_files import TrainSettings, compose, quote_overrides, top_level_settings, train_sections
 from mbrl_offline.errors import ConfigError, MbrlOfflineError
-from mbrl_offline.utils import interrupts_kept
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,14 +34,14 @@ def cli_main(fn: F) -> F:
     console script calls it. Before the tool runs, the platform settings asked for in the environment are
     applied (`mbrl_offline.platform.apply_environment`: the tools import torch only inside ``main``, so this
     comes before torch loads); library errors are printed as one line and exit with status 2 instead of a
-    traceback. The tool runs in `mbrl_offline.utils.interrupts_kept`, so that no Ctrl-C is lost."""
+    traceback. The tool runs in `mbrl_offline.platform.interrupts_kept`, so that no Ctrl-C is lost."""
 
     @functools.wraps(fn)
     def wrapper(argv: "list[str] | None" = None):
         try:
             platform.check_environment()
             platform.apply_environment()
-            with interrupts_kept():  # a Ctrl-C lost in a weakref callback still stops the tool
+            with platform.interrupts_kept():  # a Ctrl-C lost in a weakref callback still stops the tool
                 return fn(list(sys.argv[1:] if argv is None else argv))
         except MbrlOfflineError as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)

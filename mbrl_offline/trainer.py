@@ -68,7 +68,7 @@ from mbrl_offline.online import (MixedRealBuffer, OnlineConfig, OnlineInteractio
 from mbrl_offline.roles import Agent, Generator
 from mbrl_offline.torch_files import save_plain
 from mbrl_offline.trackers import open_trackers, send_figures, tracker_config, tracker_folders
-from mbrl_offline.utils import missing_folders, atomic_write_bytes, progress_bar, raise_if_interrupted
+from mbrl_offline.utils import missing_folders, atomic_write_bytes, progress_bar
 
 
 def run_files() -> tuple[str, ...]:
@@ -385,7 +385,7 @@ class Trainer:
             for key, value in agent.update(batch).items():
                 sums[key] = sums[key] + value if key in sums else value
             update_seconds += time.perf_counter() - start
-            raise_if_interrupted()  # a Ctrl-C that Python lost in a weakref callback (`interrupts_kept`)
+            platform.raise_if_interrupted()  # a Ctrl-C that Python lost in a weakref callback (`interrupts_kept`)
             if self.adapt_every and (step + 1) % self.adapt_every == 0:
                 self._adapt(record)
             bar.update(1)

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import tempfile
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -206,46 +204,6 @@ def frozen(module: torch.nn.Module) -> Iterator[torch.nn.Module]:
 def soft_update(target: torch.nn.Module, online: torch.nn.Module, tau: float) -> None:
     """Polyak averaging: every parameter of ``target`` moves ``tau`` of the way to ``online``'s."""
     torch._foreach_lerp_(list(target.parameters()), list(online.parameters()), tau)
-
-
-_lost_interrupt = False  # set by `interrupts_kept`'s SIGINT handler; cleared when `raise_if_interrupted` raises
-
-
-def _interrupt(signum, frame):
-    global _lost_interrupt
-    _lost_interrupt = True
-    raise KeyboardInterrupt
-
-
-@contextmanager
-def interrupts_kept() -> Iterator[None]:
-    """Ctrl-C that stops the tool however late it lands. Python raises KeyboardInterrupt wherever the main
-    thread is when SIGINT arrives; raised inside a weakref callback or a ``__del__`` (SQLAlchemy's, under
-    Optuna's storage, runs at any garbage collection) it is printed as "Exception ignored" and lost, and a
-    sweep went on to its end and exited 0 (1 Ctrl-C in 16 on the Zen 3 VM). Within this block a SIGINT also
-    sets a flag, and `raise_if_interrupted` (the trainer calls it after every update) raises once more where
-    the first was lost. The tools run in it (`mbrl_offline.cli.cli_main`); only in the main thread, and only
-    where SIGINT has Python's own handler (not where it is ignored)."""
-    global _lost_interrupt
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, _interrupt)
-    _lost_interrupt = False
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        _lost_interrupt = False
-
-
-def raise_if_interrupted() -> None:
-    """KeyboardInterrupt if a Ctrl-C arrived in `interrupts_kept` and has not been raised through since."""
-    global _lost_interrupt
-    if _lost_interrupt:
-        _lost_interrupt = False
-        raise KeyboardInterrupt
 
 
 def adam_kernel(fused: bool = False) -> dict:

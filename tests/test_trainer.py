@@ -382,7 +382,7 @@ def test_a_ctrl_c_that_python_loses_in_a_weakref_callback_still_stops_the_run(da
     import signal
     import weakref
 
-    from mbrl_offline.utils import interrupts_kept, raise_if_interrupted
+    from mbrl_offline.platform import interrupts_kept, raise_if_interrupted
 
     class Referent:
         pass
