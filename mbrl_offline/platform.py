@@ -297,12 +297,14 @@ def keep_freed_memory() -> bool:
             and bool(mallopt(m_mmap_max, 0)))
 
 
-_lost_interrupt = False  # set by `interrupts_kept`'s SIGINT handler; cleared when `raise_if_interrupted` raises
+# Set by `interrupts_kept`'s SIGINT handler at every Ctrl-C (whether or not Python's KeyboardInterrupt is then
+# lost); cleared when `raise_if_interrupted` raises and when the block ends.
+_pending_interrupt = False
 
 
 def _interrupt(signum, frame):
-    global _lost_interrupt
-    _lost_interrupt = True
+    global _pending_interrupt
+    _pending_interrupt = True
     raise KeyboardInterrupt
 
 
@@ -316,23 +318,24 @@ def interrupts_kept() -> Iterator[None]:
     lost. The tools run in it (`mbrl_offline.cli.cli_main`; this module loads no torch, so the tools can
     import it first); only in the main thread, and only where SIGINT has Python's own handler (not where
     it is ignored)."""
-    global _lost_interrupt
+    global _pending_interrupt
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield
         return
     previous = signal.signal(signal.SIGINT, _interrupt)
-    _lost_interrupt = False
+    _pending_interrupt = False
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        _lost_interrupt = False
+        _pending_interrupt = False
 
 
 def raise_if_interrupted() -> None:
-    """KeyboardInterrupt if a Ctrl-C arrived in `interrupts_kept` and has not been raised through since."""
-    global _lost_interrupt
-    if _lost_interrupt:
-        _lost_interrupt = False
+    """KeyboardInterrupt if a Ctrl-C arrived in `interrupts_kept` since the block began or since this last
+    raised. Code that catches a KeyboardInterrupt and goes on training inside the block gets it once more here."""
+    global _pending_interrupt
+    if _pending_interrupt:
+        _pending_interrupt = False
         raise KeyboardInterrupt
