@@ -268,27 +268,28 @@ def pgd(agent_cls, **settings):
 # ended at 79.2 (evaluations -51.1, -28.9, 1.7, -16.9, -11.3, -23.9, 5.9, 40.5, 25.8, 37.1, 37.5, 80.5, 64.5,
 # 82.9, 90.2; 10.3 minutes beside other runs on the Zen 3 VM), with 10 at 85.0 (seeds 1 and 2: 69.2 and 63.0).
 # name -> (agent class, a function giving its config and generator config, dataset, epochs of 250 updates
-# (or of the fifth entry's updates)), the longest first (CI's two workers take them in this order)
+# (or of the fifth entry's updates)), the longest first (CI's two workers take them in this order; by their
+# times in the fresh-clone CI run of 8fc1092, docs/reproducibility.md)
 CASES = {
     "coplanner": (COPlanner, published("coplanner", "inverted-pendulum-medium-replay"),
                   "inverted-pendulum-medium-replay", 40),
-    "neubay": (NEUBAY, published("neubay", "pendulum-random"), "pendulum-random", 24),
     "mobile": (MOBILE, lambda: small(MOBILE, rollout={"horizon": 5}, target_floor=None, num_samples=5),
                "pendulum-medium", 60),
-    "morel": (MOReL, published("morel", "inverted-pendulum-medium-replay"), "inverted-pendulum-medium-replay",
-              12, 1),
     "morel_sac": (MOReLSAC, published("morel_sac", "inverted-pendulum-medium-replay"),
                   "inverted-pendulum-medium-replay", 100),
-    "edac": (EDAC, published("edac", "pendulum-medium-replay"), "pendulum-medium-replay", 24, 125),
+    "neubay": (NEUBAY, published("neubay", "pendulum-random"), "pendulum-random", 24),
     "ravl": (RAVL, lambda: small(RAVL), "pendulum-medium", 60),
+    "edac": (EDAC, published("edac", "pendulum-medium-replay"), "pendulum-medium-replay", 24, 125),
+    "rambo": (RAMBO, published("rambo", "inverted-pendulum-medium-replay"), "inverted-pendulum-medium-replay",
+              60, 125),
     "combo": (COMBO, lambda: small(COMBO), "pendulum-medium", 40, 125),
     "cql": (CQL, lambda: model_free(CQL, hidden_layers=2), "pendulum-medium", 40, 125),
     "iql-pgd": (IQL, lambda: pgd(IQL), "pendulum-medium-replay", 80, 125),
-    "mopo": (MOPO, published("mopo", "inverted-pendulum-medium-replay"), "inverted-pendulum-medium-replay", 60, 125),
-    "rambo": (RAMBO, published("rambo", "inverted-pendulum-medium-replay"), "inverted-pendulum-medium-replay",
-              60, 125),
-    "td3bc": (TD3BC, lambda: model_free(TD3BC, alpha=10.0), "pendulum-medium", 80),
+    "morel": (MOReL, published("morel", "inverted-pendulum-medium-replay"), "inverted-pendulum-medium-replay",
+              12, 1),
     "iql": (IQL, published("iql", "pendulum-medium-replay"), "pendulum-medium-replay", 80, 125),
+    "mopo": (MOPO, published("mopo", "inverted-pendulum-medium-replay"), "inverted-pendulum-medium-replay", 60, 125),
+    "td3bc": (TD3BC, lambda: model_free(TD3BC, alpha=10.0), "pendulum-medium", 80),
 }
 
 
