@@ -77,12 +77,15 @@ def corl_estimator(checkout, seed: int = 0, rows: int = 256) -> dict[str, torch.
     def critic(states, acts):
         return torch.stack([c(states, acts) for c in critics])
 
+    def draws(states, repeats):  # CORL's actor on the repeated rows, as its _q_loss runs it
+        return actor(states.repeat_interleave(repeats, 0))
+
     for mode in ("joint", "per_repeat"):
         regulariser = CQLRegulariser(10, 1.0, mode, [-1.0] * act_dim, [1.0] * act_dim, torch.device("cpu"))
         torch.manual_seed(seed + 1)
         with torch.no_grad():
             actor(next_obs)  # CORL's target draws a' ~ pi(.|s') first
-            out[mode] = regulariser.ood_values(critic, actor, obs, next_obs).mean(dim=1)
+            out[mode] = regulariser.ood_values(critic, draws, obs, next_obs).mean(dim=1)
     return out
 
 

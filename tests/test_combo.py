@@ -55,7 +55,7 @@ def gap(a: COMBO, batch, seed=3):
 
 def ood_of(a: COMBO, obs, next_obs, seed=3):
     torch.manual_seed(seed)
-    return a.regulariser.ood_values(a.critic, a.actor, obs, next_obs)
+    return a.regulariser.ood_values(a.critic, a.actor.repeated_draws, obs, next_obs)
 
 
 # ------------------------------------------------------------------ the conservative term

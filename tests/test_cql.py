@@ -71,7 +71,7 @@ def test_the_regulariser_scores_every_sample_at_s_with_its_importance_weight():
     obs, next_obs = torch.randn(5, 3), torch.randn(5, 3)
     reg = agent.regulariser
     torch.manual_seed(1)
-    got = reg.ood_values(agent.critic, agent.actor, obs, next_obs)
+    got = reg.ood_values(agent.critic, agent.actor.repeated_draws, obs, next_obs)
     torch.manual_seed(1)
     with torch.no_grad():
         uniform = torch.rand(20, 2) * torch.tensor([4.0, 2.0]) + torch.tensor([-2.0, -1.0])

@@ -187,6 +187,34 @@ def test_actor_sample_with_backward_matches_autograd(device, init):
         torch.testing.assert_close(g_ours, g_ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("init", ["torch", "corl-cql"])
+def test_repeated_draws_are_forward_on_the_repeated_rows(device, init):
+    """`TanhGaussianActor.repeated_draws` (R draws per state, the trunk run once per state: CQL's and COMBO's
+    regulariser) gives what `forward` gives on the states repeated R times in a row, from the same noise,
+    with the same gradients, including rows whose log-std is clamped."""
+    torch.manual_seed(12)
+    actor = TanhGaussianActor(5, 3, -2 * torch.ones(3), torch.ones(3), hidden_size=16, hidden_layers=2,
+                              init=init).to(device)
+    with torch.no_grad():
+        actor.trunk[-1].bias[3:] = torch.tensor([3.0, -8.0, 0.0] if init == "torch" else [4.0, -30.0, 0.0])
+    obs = torch.randn(6, 5, device=device)
+    d_action, d_log_prob = torch.randn(6 * 4, 3, device=device), torch.randn(6 * 4, device=device)
+
+    def draws_and_grads(draw):
+        torch.manual_seed(13)
+        action, log_prob = draw()
+        grads = torch.autograd.grad((d_action * action).sum() + (d_log_prob * log_prob).sum(), list(actor.parameters()))
+        return action.detach(), log_prob.detach(), grads
+
+    ours = draws_and_grads(lambda: actor.repeated_draws(obs, 4))
+    expected = draws_and_grads(lambda: actor(obs.repeat_interleave(4, 0)))
+    torch.testing.assert_close(ours[0], expected[0])
+    torch.testing.assert_close(ours[1], expected[1])
+    assert not torch.equal(ours[0][0], ours[0][1])  # the draws of one state differ
+    for g_ours, g_ref in zip(ours[2], expected[2]):
+        torch.testing.assert_close(g_ours, g_ref, rtol=1e-5, atol=1e-6)
+
+
 def test_update_reports_finite_metrics_and_changes_weights(device):
     torch.manual_seed(2)
     agent = SAC(4, 2, -torch.ones(2), torch.ones(2), SACConfig(num_critics=3, eta=0.5, hidden_size=16), device)

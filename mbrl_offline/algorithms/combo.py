@@ -55,7 +55,8 @@ Written with autograd, top to bottom. Differences from OfflineRL-Kit, and why:
   batch (Kit runs the critics once more on the real half: the same values and gradients);
 * everything our CQL differs in from Kit's CQL (`mbrl_offline.algorithms.cql`): the regulariser's
   policy samples drawn without gradient (Kit backpropagates the critics' losses into the actor and
-  zeroes that gradient before the actor's next step: the same steps), uniform samples from the env's
+  zeroes that gradient before the actor's next step: the same steps) and from one pass of the actor per
+  state for its R draws (`TanhGaussianActor.repeated_draws`), uniform samples from the env's
   box with its density (Kit: [low[0], high[0]] and 0.5^|A|, the same for MuJoCo's unit box), the two
   critics as one batched ensemble with one Adam (their losses are independent: the same steps), the
   library's `TanhGaussianActor` (log(1 - tanh^2) exact where Kit adds 1e-6);

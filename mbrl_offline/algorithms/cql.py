@@ -61,6 +61,9 @@ Written with autograd, top to bottom. Differences from OfflineRL-Kit, and why:
   losses backpropagate into the actor, whose gradient it then zeroes before the actor's next step,
   so the critics' gradients and every update are the same, without the backward pass through the
   actor for its 2 B R samples;
+* for those samples the actor's network runs once per state and its R draws share the output
+  (`TanhGaussianActor.repeated_draws`), where Kit and CORL run it on the B R repeated rows: the same
+  numbers from the same noise (to rounding), with a tenth of that pass's products;
 * the uniform samples are drawn from the env's box [low, high] with density prod 1 / (high - low); Kit
   draws from [low[0], high[0]] with density 0.5^|A| and CORL from [-1, 1]: the same for the unit bounds
   of every MuJoCo task, but the correct importance weight elsewhere (pendulum's bounds are +-2);
@@ -135,17 +138,17 @@ class CQLRegulariser:
     def ood_values(self, critic: CriticEnsemble, sample: Callable, obs: torch.Tensor,
                    next_obs: torch.Tensor) -> torch.Tensor:
         """``T log sum exp(v / T)`` per critic and state ``(N, B)`` (`conservative_logsumexp`), with
-        ``sample(states) -> (actions, log pi)`` the policy; differentiable in the critic only.
+        ``sample(states, R) -> (actions, log pi)`` the policy's R draws per state, row ``b R + k`` (e.g.
+        `TanhGaussianActor.repeated_draws`); differentiable in the critic only.
 
         The random draws come in OfflineRL-Kit's order (uniform actions, then pi at s, then pi at s'),
         each state repeated R times in a row (Kit's and CORL's layout)."""
         rows, repeats = obs.shape[0], self.repeats
         obs_rep = obs.repeat_interleave(repeats, dim=0)  # (B R, obs_dim), row b R + k
-        next_rep = next_obs.repeat_interleave(repeats, dim=0)
         with torch.no_grad():
             uniform = torch.rand(rows * repeats, self.low.shape[0], device=obs.device) * self.width + self.low
-            pi, log_pi = sample(obs_rep)
-            pi_next, log_pi_next = sample(next_rep)
+            pi, log_pi = sample(obs, repeats)
+            pi_next, log_pi_next = sample(next_obs, repeats)
             log_density = torch.cat([log_pi, log_pi_next, log_pi.new_full((rows * repeats,), self.log_uniform)])
         q = critic(obs_rep.repeat(3, 1), torch.cat([pi, pi_next, uniform]))  # (N, 3 B R): every score at s
         scores = (q - log_density).view(q.shape[0], 3, rows, repeats)
@@ -349,8 +352,8 @@ class CQL(CriticValue, FeedForwardAgent):
             alpha_loss.backward()
             self.alpha_optim.step()
 
-    def _regulariser_sample(self, normalised_obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.actor(normalised_obs)
+    def _regulariser_sample(self, normalised_obs: torch.Tensor, repeats: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.actor.repeated_draws(normalised_obs, repeats)
 
     @torch.no_grad()
     def critic_target(self, next_obs: torch.Tensor, rewards: torch.Tensor, terminals: torch.Tensor) -> torch.Tensor:
