@@ -133,13 +133,13 @@ def test_the_latest_rule_gives_every_row_of_the_newest_generation_and_no_real_ro
 
 
 # ------------------------------------------------------------------------------------------ the NPG planner
-from mbrl_offline.algorithms.morel import (MOReL, MOReLConfig, conjugate_gradient, discounted_sum,  # noqa: E402
-                                           gae_advantages, gaussian_kl, npg_step_size, path_grid)
+from mbrl_offline.algorithms.morel import (GaussianFisher, MOReL, MOReLConfig, conjugate_gradient,  # noqa: E402
+                                           discounted_sum, gae_advantages, gaussian_kl, npg_step_size, path_grid)
 
 
-def tiny_agent(**settings):
+def tiny_agent(hidden_layers=1, **settings):
     torch.manual_seed(0)
-    config = MOReLConfig(hidden_size=4, hidden_layers=1, **settings)
+    config = MOReLConfig(hidden_size=4, hidden_layers=hidden_layers, **settings)
     agent = MOReL(3, 2, -np.ones(2), np.ones(2), config)
     agent.pi.double()
     with torch.no_grad():  # a policy away from its small init, so that the Fisher matrix is well spread
@@ -168,6 +168,21 @@ def fisher_matrix(agent, obs):
         return gaussian_kl(old_mean, old_log_std, x, log_std)
 
     return torch.autograd.functional.hessian(kl_of, theta)
+
+
+@pytest.mark.parametrize("hidden_layers", [1, 2, 3])
+def test_fisher_products_are_the_kl_hessian_that_autograd_builds(hidden_layers):
+    """GaussianFisher's closed form (a written-out forward-mode pass, then autograd's backward) against the
+    Hessian of the mean KL that autograd differentiates twice, column by column, in float64."""
+    agent = tiny_agent(hidden_layers=hidden_layers)
+    obs = torch.randn(50, 3, dtype=torch.float64)
+    hessian = fisher_matrix(agent, obs)
+    fisher = GaussianFisher(agent.pi, obs)
+    for _ in range(3):
+        v = torch.randn(len(hessian), dtype=torch.float64)
+        torch.testing.assert_close(fisher(v), hessian @ v, rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(torch.stack([fisher(e) for e in torch.eye(len(hessian), dtype=torch.float64)]), hessian,
+                               rtol=1e-10, atol=1e-12)
 
 
 def test_npg_direction_is_the_direct_solution_of_the_damped_fisher_system_and_the_step_is_normalised():

@@ -17,7 +17,7 @@ any learner can plan in it. Two agents are registered here; say ``algo=`` which:
   baseline (2 x 128 ReLU on [clip(s, ±10)/10, t/1000, ..., (t/1000)^4]; ``mjrl/baselines/mlp_baseline.py``),
   whitened; the vanilla gradient g of mean(log pi(a|s) A); the natural direction x = F^-1 g by 20
   conjugate-gradient iterations (``mjrl/utils/cg_solve.py``, started from x0 = g, as the official code)
-  on Fisher-vector products of the mean KL (double backward, damping 1e-3); the step
+  on products with the Fisher matrix, the mean KL's Hessian (damping 1e-3); the step
   theta += sqrt(delta / g^T x) x with normalised step delta = 0.02 (``mjrl/algos/npg_cg.py``); then one
   epoch of the baseline's regression on the returns (Adam 1e-3, L2 1e-3, batches of 256). The policy
   (``mjrl/policies/gaussian_mlp.py``) is a 2 x 64 tanh MLP mean (last layer's init scaled by 1e-2) with
@@ -53,10 +53,12 @@ Differences from the official code, and why:
   its targets divided by the observations' std; on hopper-medium, at the same seeds, mjrl's scales
   lowered our members' holdout error by 14-29% (``benchmarks/vs_mjrl.py --dynamics``, docs/parity.md).
 * The baseline's features are computed in float32 (the official: float64, then cast).
-* The Fisher-vector product reuses one first-order KL gradient graph for all CG iterations (the
-  official rebuilds it for each product: the same numbers, fewer forward passes), and the KL leaves
-  out the 1e-8 that mjrl's ``kl_divergence`` adds to its denominator (2 sigma^2 + 1e-8; a relative
-  change below 1e-7 at the log-std floor).
+* The Fisher-vector products are the mean KL's Hessian-vector products in closed form (`GaussianFisher`:
+  a forward-mode pass and a backward pass per product), where the official code differentiates the
+  KL's gradient again for each product (``mjrl/algos/npg_cg.py``, ``HVP``): the same matrix, rounded
+  differently, in about half the time (docs/performance.md). The KL leaves out the 1e-8 that mjrl's
+  ``kl_divergence`` adds to its denominator (2 sigma^2 + 1e-8; a relative change below 1e-7 at the
+  log-std floor).
 * The generator logs every uncertainty it computes for USAD (``generator.rollout`` statistics): the
   aleatoric one means nothing for these deterministic members (their variance head is not trained).
 * USAD's truncation: see `mbrl_offline.generators.rollouts` (the official code tests every step of a
@@ -177,6 +179,13 @@ class GaussianMLP(nn.Module):
     def flat(self) -> torch.Tensor:
         return torch.cat([p.detach().reshape(-1) for p in self.parameters()])
 
+    def layer_inputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """`forward`'s mean action (with its graph) and each layer's input (``obs``, then the tanh units)."""
+        inputs = [obs]
+        for layer in self.layers[:-1]:
+            inputs.append(torch.tanh(layer(inputs[-1])))
+        return self.layers[-1](inputs[-1]), inputs
+
     def set_flat(self, values: torch.Tensor, min_log_std: float, max_log_std: float) -> None:
         """Set every parameter from a flat vector (`flat`'s order), the log-std clamped as mjrl's
         ``set_param_values``."""
@@ -195,6 +204,47 @@ def gaussian_kl(mean_old: torch.Tensor, log_std_old: torch.Tensor, mean_new: tor
     var_old, var_new = (2 * log_std_old).exp(), (2 * log_std_new).exp()
     kl = ((mean_old - mean_new).pow(2) + var_old - var_new) / (2 * var_new) + log_std_new - log_std_old
     return kl.sum(-1).mean()
+
+
+class GaussianFisher:
+    """Products ``F v`` with the Fisher matrix of a `GaussianMLP` at its parameters on the states ``obs``:
+    the Hessian of `gaussian_kl`(old || new) at new = old, the matrix whose products mjrl's NPG takes by
+    differentiating the KL's gradient again (``mjrl/algos/npg_cg.py``, ``HVP``).
+
+    At new = old every term of that Hessian that holds the means' difference vanishes, which leaves
+    ``F = J^T Sigma^-1 J / N`` for the mean's parameters (``J``: the mean action's Jacobian over the N rows,
+    ``Sigma``: the action variances), ``2 I`` for the log-std (the KL sums over the action's dimensions) and
+    no cross terms. So a product is ``J v`` by forward-mode differentiation, written out below for the tanh
+    MLP from the activations kept at construction, then ``J^T u`` by autograd through the one forward graph
+    kept here (the mean action's). `tests/test_morel.py` checks it against autograd's Hessian of the KL.
+    (`torch.func.jvp` for ``J v`` was slower than the double backward: docs/performance.md.)
+    """
+
+    def __init__(self, pi: GaussianMLP, obs: torch.Tensor):
+        self.pi = pi
+        self.mean, self.inputs = pi.layer_inputs(obs)  # the graph the backward products run through
+        self.slopes = [1.0 - a.detach().square() for a in self.inputs[1:]]  # tanh' = 1 - tanh^2
+        self.scale = (-2.0 * pi.log_std.detach()).exp() / len(obs)  # Sigma^-1 / N, per action dimension
+        self.sizes = [p.numel() for p in pi.parameters()]  # flat's order: the log-std, then each layer's W, b
+
+    @torch.no_grad()
+    def jvp(self, direction: list[torch.Tensor]) -> torch.Tensor:
+        """``J v``: the mean action's derivative along the layers' parameter ``direction`` (W, b, W, b, ...)."""
+        tangent = None
+        for i, layer in enumerate(self.pi.layers):
+            weight, bias = direction[2 * i].view_as(layer.weight), direction[2 * i + 1]
+            z = torch.addmm(bias, self.inputs[i].detach(), weight.t())  # the layer's map moved along v
+            if tangent is not None:
+                z.addmm_(tangent, layer.weight.t())  # and its input's move through the map
+            tangent = z * self.slopes[i] if i < len(self.slopes) else z
+        return tangent
+
+    def __call__(self, v: torch.Tensor) -> torch.Tensor:
+        log_std_part, *layer_parts = torch.split(v, self.sizes)
+        u = self.jvp(layer_parts) * self.scale
+        params = list(self.pi.layers.parameters())
+        back = torch.autograd.grad(self.mean, params, grad_outputs=u, retain_graph=True)
+        return torch.cat([2.0 * log_std_part] + [d.reshape(-1) for d in back])
 
 
 # ------------------------------------------------------------------------------------------ paths
@@ -403,15 +453,9 @@ class MOReL(FeedForwardAgent):
         surrogate = (pi.log_likelihood(obs, actions) * adv).mean()
         g = torch.cat([d.reshape(-1) for d in torch.autograd.grad(surrogate, params)])
 
-        old_mean, old_log_std = pi(obs).detach(), pi.log_std.detach().clone()
-        kl = gaussian_kl(old_mean, old_log_std, pi(obs), pi.log_std)  # 0, with the Fisher matrix as its Hessian
-        kl_grad = torch.cat([d.reshape(-1) for d in torch.autograd.grad(kl, params, create_graph=True)])
-
-        def fisher_vector_product(v: torch.Tensor) -> torch.Tensor:
-            hv = torch.autograd.grad(kl_grad.dot(v), params, retain_graph=True)
-            return torch.cat([d.reshape(-1) for d in hv]) + cfg.cg_damping * v
-
-        x = conjugate_gradient(fisher_vector_product, g, g, cfg.cg_iters, cfg.cg_residual_tol)
+        fisher = GaussianFisher(pi, obs)  # the mean KL's Hessian at the current policy
+        old_mean, old_log_std = fisher.mean.detach(), pi.log_std.detach().clone()
+        x = conjugate_gradient(lambda v: fisher(v) + cfg.cg_damping * v, g, g, cfg.cg_iters, cfg.cg_residual_tol)
         alpha = npg_step_size(cfg.step_size, g, x)
         pi.set_flat(pi.flat() + alpha * x, cfg.min_log_std, cfg.max_log_std)
         with torch.no_grad():
