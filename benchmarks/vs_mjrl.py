@@ -4,6 +4,7 @@ branch v2), on the same paths from the same weights.
     git clone -b v2 https://github.com/aravindr93/mjrl /path/to/mjrl        # measured at 15bf3c0
     python benchmarks/vs_mjrl.py --mjrl /path/to/mjrl
     python benchmarks/vs_mjrl.py --mjrl /path/to/mjrl --speed [--threads 2]    # NPG updates per second, both sides
+    python benchmarks/vs_mjrl.py --mjrl /path/to/mjrl --iteration-speed [--threads 2]    # rollouts + update
 
 The official planner's update (``ModelBasedNPG.train_step`` after its rollouts) is plain numpy and
 PyTorch: ``process_samples.compute_returns`` and ``compute_advantages`` (GAE against ``MLPBaseline``),
@@ -17,6 +18,13 @@ same paths (ours as rows labelled with ``path`` and ``step``, shuffled) and the 
 permutation (mjrl draws it with ``np.random.permutation``; the same seed gives it to ours).
 
     python benchmarks/vs_mjrl.py --mjrl /path/to/mjrl --dynamics [--dataset hopper-medium] [--seed 123]
+
+``--iteration-speed`` (`iteration_speed`) times whole planner iterations: mjrl's ``ModelBasedNPG.train_step``
+(its rollouts in four ``WorldModel``s with the official hopper reward and termination functions, the
+truncation, then the update) against our generator's rollouts and `MOReL.update`, from the same 50
+hopper-medium episode starts, with models that predict no change so that every path runs 700 steps on
+both sides. The rollouts need no simulator; ``mjrl.envs`` and ``mjrl.utils.gym_env`` (gym, MuJoCo) are
+replaced by stand-ins, of which the planner reads an env's ``horizon`` and ``act_repeat`` only.
 
 ``--dynamics`` (`dynamics_side_by_side`) fits the official MOReL models and ours on the same arrays (the
 parity harnesses' common split of the bundled dataset: `parity.common_data`) and measures both sides the
@@ -203,6 +211,107 @@ def speed(checkout: Path, paths_per_update: int = 200, horizon: int = 700, repea
     return {"ours": statistics.median(ours), "official": statistics.median(theirs), "samples": samples}
 
 
+def import_model_based_npg(checkout: Path):
+    """mjrl's ``ModelBasedNPG`` and ``WorldModel``, and the official hopper reward and termination functions
+    (``projects/model_based_npg/utils/reward_functions/gym_hopper.py``), with stand-ins for ``mjrl.envs``
+    and for ``mjrl.utils.gym_env`` (both import gym and MuJoCo; the planner reads only ``GymEnv``'s
+    ``horizon`` and ``act_repeat``). Returns ``(ModelBasedNPG, WorldModel, reward_function,
+    termination_function, GymEnv)``."""
+    import importlib.util
+
+    import_mjrl(checkout)
+    for name in ("mjrl.envs", "mjrl.utils.gym_env"):
+        sys.modules.setdefault(name, types.ModuleType(name))
+
+    class GymEnv:  # the stand-in: what the planner's rollouts read of an env
+        def __init__(self, horizon: int):
+            self.horizon, self.act_repeat = horizon, 1
+
+    sys.modules["mjrl.utils.gym_env"].GymEnv = GymEnv
+    from mjrl.algos.mbrl.model_based_npg import ModelBasedNPG
+    from mjrl.algos.mbrl.nn_dynamics import WorldModel
+    path = Path(checkout) / "projects" / "model_based_npg" / "utils" / "reward_functions" / "gym_hopper.py"
+    spec = importlib.util.spec_from_file_location("mjrl_gym_hopper", path)
+    hopper = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hopper)
+    return ModelBasedNPG, WorldModel, hopper.reward_function, hopper.termination_function, GymEnv
+
+
+def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
+    """Whole planner iterations per second on each side: the rollouts of one iteration, then its NPG update
+    (GAE, the natural step, the baseline's fit). The official: ``ModelBasedNPG.train_step`` as
+    ``run_morel.py`` calls it (50 start states, each rolled out in every one of 4 ``WorldModel``s of 2 x 512
+    for up to 700 steps, hopper's reward and termination functions, USAD's truncation with the threshold
+    given). Ours: `RolloutGenerator.generate` with MOReL's published generator from the same 50 start
+    states, then `MOReL.update` on its paths. Both sides' models predict no change (output layers zeroed,
+    so the members agree and no path halts or terminates), and the start states are hopper-medium's
+    episode starts: every path runs its 700 steps on both sides (200 paths, 140,000 transitions). The
+    sides alternate, ``repeats`` times each; the median rates and each side's transitions."""
+    import statistics
+    import time
+
+    from mbrl_offline import load_dataset
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.generators.rollouts import RolloutGenerator, episode_starts
+
+    ModelBasedNPG, WorldModel, reward_function, termination_function, GymEnv = import_model_based_npg(checkout)
+    policy, baseline, _, _, agent, config = both_sides(checkout)
+    published = agent.published_generator()
+    data = load_dataset("hopper-medium")
+    real = {k: torch.as_tensor(getattr(data, k)) for k in ("observations", "actions", "next_observations", "rewards",
+                                                             "terminals", "timeouts")}
+    firsts = real["observations"][episode_starts(real["terminals"], real["timeouts"])]
+    rng = torch.Generator().manual_seed(seed)
+    starts = firsts[torch.randint(0, len(firsts), (published.rollout.rollouts_per_epoch,), generator=rng)]
+
+    # ours: the published generator's rollouts, its model of the "morel" recipe predicting no change
+    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
+    model = GaussianEnsembleDynamics(11, 3, published.dynamics)
+    model.mark_fitted()
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.zero_()
+    generator = RolloutGenerator(model, get_env_info("hopper").termination_fn, published)
+    generator.rollouts.threshold = 0.0  # the members agree: no disagreement exceeds it
+    generator.rollouts.sample_starts = lambda observations, rng=None: starts  # the official side's starts
+
+    # the official: run_morel.py's models and planner, the same settings
+    models = [WorldModel(state_dim=11, act_dim=3, hidden_size=(512, 512), seed=123 + i, fit_lr=1e-3, fit_wd=0.0,
+                         activation="relu", residual=True) for i in range(published.dynamics.ensemble_size)]
+    with torch.no_grad():
+        for m in models:
+            m.dynamics_net.fc_layers[-1].weight.zero_()
+            m.dynamics_net.fc_layers[-1].bias.zero_()
+    planner = ModelBasedNPG(learned_model=models, env=None, policy=policy, baseline=baseline,
+                            normalized_step_size=config.step_size, save_logs=False,
+                            reward_function=reward_function, termination_function=termination_function,
+                            FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping})
+    init_states = [row.numpy() for row in starts]
+    horizon = published.rollout.horizon
+    official_rows = []
+    train_from_paths = planner.train_from_paths
+
+    def counting(paths):  # the paths train_step made, counted on their way to the update
+        official_rows.append(sum(len(p["rewards"]) for p in paths))
+        return train_from_paths(paths)
+
+    planner.train_from_paths = counting
+
+    ours, theirs, transitions = [], [], {"ours": [], "official": []}
+    for _ in range(repeats):
+        start = time.perf_counter()
+        batch, _ = generator.generate(agent.policy, real, rng)
+        agent.update(batch)
+        ours.append(1.0 / (time.perf_counter() - start))
+        transitions["ours"].append(len(batch["rewards"]))
+        start = time.perf_counter()
+        planner.train_step(N=len(init_states), env=GymEnv(horizon), init_states=init_states, horizon=horizon,
+                           gamma=config.gamma, gae_lambda=config.gae_lambda, truncate_lim=0.0, truncate_reward=0.0)
+        theirs.append(1.0 / (time.perf_counter() - start))
+        transitions["official"].append(official_rows[-1])
+    return {"ours": statistics.median(ours), "official": statistics.median(theirs), "transitions": transitions}
+
+
 OFFICIAL_VARIANTS = ("official", "our-statistics", "our-rows")
 
 
@@ -322,7 +431,10 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--speed", action="store_true",
                         help="instead: NPG updates per second on both sides, on 200 paths of up to 700 steps")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (with --speed)")
+    parser.add_argument("--iteration-speed", action="store_true",
+                        help="instead: whole planner iterations per second on both sides (rollouts of 50 starts "
+                             "in 4 models for 700 steps, then the NPG update)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (with --speed, --iteration-speed)")
     parser.add_argument("--dynamics", action="store_true",
                         help="instead: the official MOReL models and ours fitted on the same data, measured alike")
     parser.add_argument("--dataset", default="hopper-medium", help="with --dynamics: the bundled dataset")
@@ -345,6 +457,15 @@ def main(argv=None) -> int:
               f"{rates['samples']} samples per update")
         print(f"NPG updates/s: official {rates['official']:.3f}, ours {rates['ours']:.3f}, "
               f"ours / official {rates['ours'] / rates['official']:.2f}x")
+        return 0
+    if args.iteration_speed:
+        import throughput
+        torch.set_num_threads(args.threads)
+        rates = iteration_speed(args.mjrl)
+        print(f"cpu: {throughput.cpu_name()}; {args.threads} threads; torch {torch.__version__}; transitions per "
+              f"iteration: official {rates['transitions']['official']}, ours {rates['transitions']['ours']}")
+        print(f"MOReL iterations/s (rollouts and NPG update): official {rates['official']:.3f}, ours "
+              f"{rates['ours']:.3f}, ours / official {rates['ours'] / rates['official']:.2f}x")
         return 0
     if args.dynamics:
         torch.set_num_threads(1)

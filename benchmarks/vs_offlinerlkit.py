@@ -728,16 +728,35 @@ def kit_rambo_policy(checkout, agent, model, obs_mean: np.ndarray, obs_std: np.n
     wrapped by ``obs_unnormalization``, Adam at 3e-4 for the adversarial steps), holding ``agent``'s and
     ``model``'s weights and ``model``'s input statistics and elites."""
     import_offlinerlkit(Path(checkout))
-    from offlinerlkit.dynamics import EnsembleDynamics
-    from offlinerlkit.modules import EnsembleDynamicsModel
     from offlinerlkit.policy import RAMBOPolicy
     from offlinerlkit.utils.scaler import StandardScaler
     from offlinerlkit.utils.termination_fns import get_termination_fn, obs_unnormalization
 
-    cfg, obs_dim, act_dim = agent.config, agent.obs_dim, agent.act_dim
+    cfg = agent.config
     actor, critics, _ = kit_actor_and_critics(agent)
+    dynamics = kit_dynamics(model, obs_unnormalization(get_termination_fn(task="hopper"), obs_mean, obs_std))
+    kit_model = dynamics.model
+    log_alpha = torch.full((1,), agent.log_alpha.item(), requires_grad=True)
+    alpha = (agent.target_entropy, log_alpha, torch.optim.Adam([log_alpha], lr=cfg.alpha_lr))
+    return RAMBOPolicy(dynamics, actor, critics[0], critics[1], torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr),
+                       torch.optim.Adam(critics[0].parameters(), lr=cfg.critic_lr),
+                       torch.optim.Adam(critics[1].parameters(), lr=cfg.critic_lr),
+                       torch.optim.Adam(kit_model.parameters(), lr=3e-4), tau=cfg.tau, gamma=cfg.gamma, alpha=alpha,
+                       adv_weight=coef, adv_rollout_length=5, adv_rollout_batch_size=256, include_ent_in_adv=False,
+                       scaler=StandardScaler(mu=obs_mean, std=obs_std), device="cpu")
+
+
+def kit_dynamics(model, termination_fn):
+    """OfflineRL-Kit's ``EnsembleDynamics`` (no penalty) over an ``EnsembleDynamicsModel`` of our
+    ``model``'s sizes holding its weights, log-variance bounds, elites and input statistics (its scaler),
+    with ``termination_fn`` (Kit imported)."""
+    from offlinerlkit.dynamics import EnsembleDynamics
+    from offlinerlkit.modules import EnsembleDynamicsModel
+    from offlinerlkit.utils.scaler import StandardScaler
+
     mcfg = model.config
-    kit_model = EnsembleDynamicsModel(obs_dim=obs_dim, action_dim=act_dim, hidden_dims=[mcfg.hidden_size] * mcfg.hidden_layers,
+    kit_model = EnsembleDynamicsModel(obs_dim=model.obs_dim, action_dim=model.act_dim,
+                                      hidden_dims=[mcfg.hidden_size] * mcfg.hidden_layers,
                                       num_ensemble=mcfg.ensemble_size, num_elites=mcfg.num_elites,
                                       weight_decays=list(mcfg.weight_decay), device="cpu")
     with torch.no_grad():
@@ -748,17 +767,8 @@ def kit_rambo_policy(checkout, agent, model, obs_mean: np.ndarray, obs_std: np.n
         kit_model.min_logvar.copy_(model.min_logvar.flatten())
     kit_model.set_elites(model.elites.tolist())
     scaler = StandardScaler(mu=model.input_mean[None].numpy().copy(), std=model.input_std[None].numpy().copy())
-    termination = obs_unnormalization(get_termination_fn(task="hopper"), obs_mean, obs_std)
-    dynamics = EnsembleDynamics(kit_model, torch.optim.Adam(kit_model.parameters(), lr=mcfg.learning_rate), scaler,
-                                termination)
-    log_alpha = torch.full((1,), agent.log_alpha.item(), requires_grad=True)
-    alpha = (agent.target_entropy, log_alpha, torch.optim.Adam([log_alpha], lr=cfg.alpha_lr))
-    return RAMBOPolicy(dynamics, actor, critics[0], critics[1], torch.optim.Adam(actor.parameters(), lr=cfg.actor_lr),
-                       torch.optim.Adam(critics[0].parameters(), lr=cfg.critic_lr),
-                       torch.optim.Adam(critics[1].parameters(), lr=cfg.critic_lr),
-                       torch.optim.Adam(kit_model.parameters(), lr=3e-4), tau=cfg.tau, gamma=cfg.gamma, alpha=alpha,
-                       adv_weight=coef, adv_rollout_length=5, adv_rollout_batch_size=256, include_ent_in_adv=False,
-                       scaler=StandardScaler(mu=obs_mean, std=obs_std), device="cpu")
+    return EnsembleDynamics(kit_model, torch.optim.Adam(kit_model.parameters(), lr=mcfg.learning_rate), scaler,
+                            termination_fn)
 
 
 def kit_model_parameters(kit_model, grad: bool = False) -> torch.Tensor:

@@ -26,6 +26,15 @@ then 5 readings of ``--updates`` updates, the median reported. Only the update i
   ``RAMBOPolicy.update_dynamics`` (its loop: actor samples, ``dynamics_step_and_forward``) with
   ``_adv_train_steps`` set to ``--updates``, against our ``AdversarialTrainer.run`` with as many
   steps, both on standardised hopper-medium rows, from a fresh ensemble of RAMBO's recipe.
+* ``combo-rollouts`` and ``rambo-rollouts``: one generation of branched rollouts, in transitions per
+  second: 50,000 start states drawn from hopper-medium's observations, h = 5, in an ensemble of the
+  agent's published recipe (7 members of 4 x 200, 5 elites) with the same weights on both sides, stepping
+  the agent's actor, the transitions stored. Kit's side is its trainer's generation
+  (``MBPolicyTrainer.train``: ``real_buffer.sample``, the policy's ``rollout``, ``fake_buffer.add_batch``),
+  ours the generator's (`RolloutGenerator.generate` from the real rows, then `TransitionBuffer.add`).
+  RAMBO's rolls out in standardised observations (Kit's ``RAMBOPolicy.rollout`` on its normalised buffer;
+  our `StandardisedDynamics`). The models' output layers predict no change with a small std, so that no
+  rollout of either side ends early (as `vs_official.py` does), and each side counts its own transitions.
 
 With ``MBRL_OFFLINE_MKL_AVX512=1`` both sides' processes let MKL run its AVX-512 code on an AMD CPU,
 so the comparison stays like for like (both sides are PyTorch).
@@ -51,7 +60,7 @@ import torch  # noqa: E402
 
 import throughput  # noqa: E402
 from vs_offlinerlkit import (combo_batches, import_offlinerlkit, is_checkout, kit_combo_policy,  # noqa: E402
-                             kit_cql_policy, kit_edac_policy, kit_rambo_policy)
+                             kit_cql_policy, kit_dynamics, kit_edac_policy, kit_rambo_policy)
 
 BATCHES, ROWS = 20, 256
 
@@ -101,7 +110,8 @@ def kit_policy(name: str, checkout: Path):
     raise ValueError(name)
 
 
-AGENTS = ("cql", "edac", "combo", "rambo", "rambo-adversarial")
+AGENTS = ("cql", "edac", "combo", "rambo", "rambo-adversarial", "combo-rollouts", "rambo-rollouts")
+UNITS = {"rambo-adversarial": "adversarial steps/s", "combo-rollouts": "transitions/s", "rambo-rollouts": "transitions/s"}
 
 
 def rambo_parts(checkout: Path):
@@ -160,11 +170,86 @@ def adversarial_rates(side: str, checkout: Path, steps: int) -> list[float]:
     return [phase(steps) for _ in range(5)]
 
 
+def still_model(model) -> None:
+    """Make ``model``'s output layer predict no change (and no reward) with log-variance -10 before its
+    bounds, so that rollouts from the data's states stay in them (none ends early)."""
+    with torch.no_grad():
+        model.head.weight.zero_()
+        model.head.bias.zero_()
+        model.head.bias[..., model.head.bias.shape[-1] // 2:] = -10.0
+
+
+def rollout_rates(side: str, name: str, checkout: Path) -> list[float]:
+    """Transitions per second of one generation of rollouts (the module docstring): 5 readings after one."""
+    from mbrl_offline import load_dataset
+    from mbrl_offline.buffer import TransitionBuffer
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.generators.rollouts import RolloutGenerator
+    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
+    agent_name = name.split("-")[0]
+    if agent_name == "rambo":  # ours: raw rows (the model's wrapper standardises); Kit's buffer: standardised
+        agent, dynamics, _, real, kit_rows = rambo_parts(None)
+        model = dynamics.inner
+    else:
+        from mbrl_offline.algorithms import COMBO
+        data = load_dataset("hopper-medium")
+        agent = our_agent("combo")
+        model = GaussianEnsembleDynamics(11, 3, COMBO.published_generator().dynamics)
+        inputs = np.concatenate([data.observations, data.actions], axis=1)
+        with torch.no_grad():
+            model.input_mean.copy_(torch.as_tensor(inputs.mean(0)))
+            model.input_std.copy_(torch.as_tensor(inputs.std(0)))
+        model.mark_fitted()
+        dynamics, real = model, {k: torch.as_tensor(getattr(data, k)).float() for k in
+                                 ("observations", "actions", "next_observations", "rewards", "terminals")}
+        kit_rows = real
+    still_model(model)
+    config = (agent.published_generator()).rollout
+    starts, horizon = config.rollouts_per_epoch, config.horizon
+    if side == "offlinerlkit":
+        import_offlinerlkit(checkout)
+        from offlinerlkit.buffer import ReplayBuffer
+        from offlinerlkit.utils.termination_fns import get_termination_fn
+        if agent_name == "combo":
+            kit = kit_combo_policy(checkout, agent, kit_dynamics(model, get_termination_fn(task="hopper")))
+        else:  # its states standardised by the same statistics as ours
+            kit = kit_rambo_policy(checkout, agent, model, agent.normalise.mean.numpy(), agent.normalise.std.numpy(), 3e-4)
+        rows = {k: v.numpy() for k, v in kit_rows.items()}
+        real_buffer = ReplayBuffer(buffer_size=len(rows["observations"]), obs_shape=(11,), obs_dtype=np.float32,
+                                   action_dim=3, action_dtype=np.float32, device="cpu")
+        real_buffer.load_dataset({**rows, "rewards": rows["rewards"][:, None], "terminals": rows["terminals"][:, None]})
+        fake_buffer = ReplayBuffer(buffer_size=starts * horizon * 5, obs_shape=(11,), obs_dtype=np.float32,
+                                   action_dim=3, action_dtype=np.float32, device="cpu")
+
+        def call() -> float:
+            start = time.perf_counter()
+            init_obss = real_buffer.sample(starts)["observations"].cpu().numpy()  # MBPolicyTrainer.train
+            transitions, info = kit.rollout(init_obss, horizon)
+            fake_buffer.add_batch(**transitions)
+            return info["num_transitions"] / (time.perf_counter() - start)
+    else:
+        env = get_env_info("hopper")
+        generator_config = agent.published_generator()
+        generator = RolloutGenerator(dynamics, env.termination_fn, generator_config)
+        buffer = TransitionBuffer(generator.buffer_capacity, 11, 3, extra_fields=generator.extra_fields)
+        rng = torch.Generator().manual_seed(0)
+
+        def call() -> float:
+            start = time.perf_counter()
+            batch, _ = generator.generate(agent.policy, real, rng)
+            buffer.add(**batch)
+            return len(batch["rewards"]) / (time.perf_counter() - start)
+    call()
+    return [call() for _ in range(5)]
+
+
 def rates(side: str, name: str, checkout: Path, updates: int) -> list[float]:
     """Updates per second: 5 readings of ``updates`` updates after 20 warm-up updates (adversarial steps
     per second for ``rambo-adversarial``)."""
     if name == "rambo-adversarial":
         return adversarial_rates(side, checkout, updates)
+    if name.endswith("-rollouts"):
+        return rollout_rates(side, name, checkout)
     if name in ("combo", "rambo"):  # half real rows, half stand-ins for model rows
         pairs = list(combo_batches(BATCHES))
         data = [kit for _, kit in pairs] if side == "offlinerlkit" else [ours for ours, _ in pairs]
@@ -224,14 +309,15 @@ def main(argv=None) -> None:
         return
     print(f"cpu: {throughput.cpu_name()}; {args.threads} threads; torch {torch.__version__}; "
           f"MKL's AVX-512 code on AMD CPUs: {mbrl_platform.status()}")
-    print("| agent | pair | OfflineRL-Kit (updates/s) | ours (updates/s) | ours / Kit | peak GFLOP/s (Kit / ours) |")
+    print("| agent (updates/s unless named) | pair | OfflineRL-Kit | ours | ours / Kit | peak GFLOP/s (Kit / ours) |")
     print("|---|---:|---:|---:|---:|---:|")
     for agent in args.agents:
         ratios = []
         for pair in range(1, args.pairs + 1):
             kit, ours = run_child("offlinerlkit", agent, args), run_child("ours", agent, args)
             ratios.append(ours["rate"] / kit["rate"])
-            print(f"| {agent} | {pair} | {kit['rate']:,.1f} | {ours['rate']:,.1f} | {ratios[-1]:.2f}x | "
+            label = f"{agent} ({UNITS[agent]})" if agent in UNITS else agent
+            print(f"| {label} | {pair} | {kit['rate']:,.1f} | {ours['rate']:,.1f} | {ratios[-1]:.2f}x | "
                   f"{kit['peak']:.0f} / {ours['peak']:.0f} |", flush=True)
         print(f"{agent}: ours / Kit = {min(ratios):.2f}-{max(ratios):.2f}x", flush=True)
 

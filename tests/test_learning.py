@@ -219,7 +219,8 @@ def pgd(agent_cls, **settings):
 # MOReL (NPG, on-policy) runs its published settings (budget=cpu: 50 start states per iteration, each
 # rolled out in every elite of its 4 x 512 x 2 models for up to 700 steps, HALT reward 0, kappa_p = 3) on
 # inverted-pendulum-medium-replay (normalised score 3.8): 12 epochs of 1 NPG iteration (of 2 until CI's time
-# asked for less; seeds 0-2 ended at 100.0 with either; docs/learning-seeds.md). Pendulum cannot
+# asked for less; seeds 0-2 ended at 100.0 with either; with the closed-form Fisher products of 7cf4a1d, which
+# round differently, at 72.3, 100.0 and 100.0; docs/learning-seeds.md). Pendulum cannot
 # take them: its rewards are negative, so with the published HALT reward 0 halting pays more than any
 # path. Until the case moved, it was this, on pendulum-medium (its measurements follow):
 #   its published generator on the shared model (deterministic means of its 7
