@@ -56,7 +56,7 @@ Differences from the official code, and why:
 * The Fisher-vector products are the mean KL's Hessian-vector products in closed form (`GaussianFisher`:
   a forward-mode pass and a backward pass per product), where the official code differentiates the
   KL's gradient again for each product (``mjrl/algos/npg_cg.py``, ``HVP``): the same matrix, rounded
-  differently, in about half the time (docs/performance.md). The KL leaves out the 1e-8 that mjrl's
+  differently, in less time (docs/performance.md). The KL leaves out the 1e-8 that mjrl's
   ``kl_divergence`` adds to its denominator (2 sigma^2 + 1e-8; a relative change below 1e-7 at the
   log-std floor).
 * The generator logs every uncertainty it computes for USAD (``generator.rollout`` statistics): the
