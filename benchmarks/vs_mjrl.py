@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import os
 import sys
 import types
 from pathlib import Path
@@ -216,7 +217,8 @@ def import_model_based_npg(checkout: Path):
     (``projects/model_based_npg/utils/reward_functions/gym_hopper.py``), with stand-ins for ``mjrl.envs``
     and for ``mjrl.utils.gym_env`` (both import gym and MuJoCo; the planner reads only ``GymEnv``'s
     ``horizon`` and ``act_repeat``). Returns ``(ModelBasedNPG, WorldModel, reward_function,
-    termination_function, GymEnv)``."""
+    termination_function, GymEnv, obs_mask)``: ``obs_mask`` scales hopper's velocities by 0.02, as the
+    official data and env do (``run_morel.py`` sets it on its env from the same file)."""
     import importlib.util
 
     import_mjrl(checkout)
@@ -234,7 +236,7 @@ def import_model_based_npg(checkout: Path):
     spec = importlib.util.spec_from_file_location("mjrl_gym_hopper", path)
     hopper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hopper)
-    return ModelBasedNPG, WorldModel, hopper.reward_function, hopper.termination_function, GymEnv
+    return ModelBasedNPG, WorldModel, hopper.reward_function, hopper.termination_function, GymEnv, hopper.obs_mask
 
 
 def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
@@ -254,7 +256,7 @@ def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
     from mbrl_offline.data.envs import get_env_info
     from mbrl_offline.generators.rollouts import RolloutGenerator, episode_starts
 
-    ModelBasedNPG, WorldModel, reward_function, termination_function, GymEnv = import_model_based_npg(checkout)
+    ModelBasedNPG, WorldModel, reward_function, termination_function, GymEnv, _ = import_model_based_npg(checkout)
     policy, baseline, _, _, agent, config = both_sides(checkout)
     published = agent.published_generator()
     data = load_dataset("hopper-medium")
@@ -310,6 +312,175 @@ def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
         theirs.append(1.0 / (time.perf_counter() - start))
         transitions["official"].append(official_rows[-1])
     return {"ours": statistics.median(ours), "official": statistics.median(theirs), "transitions": transitions}
+
+
+def official_learning_run(checkout: Path, seed: int, iterations: int, eval_every: int, eval_episodes: int,
+                          fit_epochs: int = 25) -> dict:
+    """The official MOReL on bundled hopper-medium, as ``run_morel.py`` runs it with
+    ``configs/d4rl_hopper_medium.txt`` (on the CPU; its seed ``seed``): the data as ``prep_d4rl_dataset.py``
+    makes it (episodes split after terminals and timeouts, velocities scaled by ``obs_mask``), 4
+    ``WorldModel``s of 2 x 512 fitted for ``fit_epochs`` epochs (25), the USAD threshold max_D delta / 3, 5 epochs of MSE
+    behaviour cloning, then ``iterations`` of ``ModelBasedNPG.train_step`` from 50 episode starts drawn with
+    replacement, up to 700 steps. Every ``eval_every`` iterations its mean action is scored in our hopper env
+    (observations scaled by ``obs_mask`` before the policy, actions clipped to the env's bounds), on the
+    episode seeds our trainer uses at that evaluation (`parity.eval_seed`)."""
+    import time
+
+    import parity
+    from mbrl_offline import load_dataset
+    from mbrl_offline.data.envs import get_env_info
+    from mbrl_offline.evaluation import evaluate_policy
+
+    ModelBasedNPG, WorldModel, reward_function, termination_function, GymEnv, obs_mask = import_model_based_npg(checkout)
+    from mjrl.algos.behavior_cloning import BC
+    from mjrl.baselines.mlp_baseline import MLPBaseline
+    from mjrl.policies.gaussian_mlp import MLP
+    from mbrl_offline.algorithms.morel import MOReLConfig
+
+    config = MOReLConfig()
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    data = load_dataset("hopper-medium")
+    ends = [0, *(np.flatnonzero(data.terminals.astype(bool) | data.timeouts.astype(bool)) + 1)]
+    if ends[-1] != len(data.observations):
+        ends.append(len(data.observations))
+    paths = [{"observations": (data.observations[a:b] * obs_mask).astype(np.float32), "actions": data.actions[a:b],
+              "rewards": data.rewards[a:b]} for a, b in zip(ends[:-1], ends[1:]) if b > a]
+    init_states_buffer = [p["observations"][0] for p in paths]
+    s = np.concatenate([p["observations"][:-1] for p in paths])
+    a = np.concatenate([p["actions"][:-1] for p in paths])
+    sp = np.concatenate([p["observations"][1:] for p in paths])
+
+    start = time.perf_counter()
+    models = [WorldModel(state_dim=11, act_dim=3, seed=seed + i, hidden_size=(512, 512), fit_lr=1e-3, fit_wd=0.0,
+                         activation="relu", residual=True) for i in range(4)]
+    for model in models:
+        model.fit_dynamics(s, a, sp, fit_mb_size=256, fit_epochs=fit_epochs, max_steps=1e8)
+    delta = np.zeros(len(s))
+    for i, model_1 in enumerate(models):  # run_morel.py's largest pairwise disagreement over the data
+        pred_1 = model_1.predict(s, a)
+        for model_2 in models[i + 1:]:
+            delta = np.maximum(delta, np.linalg.norm(pred_1 - model_2.predict(s, a), axis=-1))
+    truncate_lim = delta.max() / 3.0
+    fit_seconds = time.perf_counter() - start
+
+    policy = MLP(observation_dim=11, action_dim=3, hidden_sizes=(64, 64), seed=seed,
+                 init_log_std=config.init_log_std, min_log_std=config.min_log_std)
+    baseline = MLPBaseline(None, inp_dim=11, reg_coef=1e-3, batch_size=256, epochs=1, learn_rate=1e-3)
+    planner = ModelBasedNPG(learned_model=models, env=None, policy=policy, baseline=baseline, seed=seed,
+                            normalized_step_size=config.step_size, save_logs=False,
+                            reward_function=reward_function, termination_function=termination_function,
+                            FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping})
+    BC(paths, policy, epochs=5, batch_size=256, loss_type="MSE").train()
+    lengths = []
+    train_from_paths = planner.train_from_paths
+
+    def recording(paths_made):  # the iteration's paths, on their way to the update
+        lengths.append([len(p["rewards"]) for p in paths_made])
+        return train_from_paths(paths_made)
+
+    planner.train_from_paths = recording
+    env = get_env_info("hopper")
+    low, high = env.action_bounds()
+
+    def act(observations: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            mean = policy.forward(torch.as_tensor(observations * obs_mask, dtype=torch.float32)).numpy()
+        return np.clip(mean, low, high)
+
+    curve, start = [], time.perf_counter()
+    for iteration in range(1, iterations + 1):
+        index = np.random.choice(len(init_states_buffer), size=50, replace=True).tolist()
+        planner.train_step(N=50, env=GymEnv(700), init_states=[init_states_buffer[i] for i in index], horizon=700,
+                           gamma=config.gamma, gae_lambda=config.gae_lambda, truncate_lim=truncate_lim,
+                           truncate_reward=0.0)
+        if iteration % eval_every == 0:
+            result = evaluate_policy(act, env, eval_episodes, parity.eval_seed(seed, iteration // eval_every))
+            recent = [n for made in lengths[-eval_every:] for n in made]
+            curve.append({"iteration": iteration, "normalized_score": result["normalized_score"],
+                          "path_length_mean": float(np.mean(recent)), "paths_mean": len(recent) / eval_every})
+    return {"threshold": float(truncate_lim), "fit_seconds": fit_seconds, "curve": curve,
+            "planner_seconds": time.perf_counter() - start}
+
+
+def our_learning_run(seed: int, iterations: int, eval_every: int, eval_episodes: int, fit_epochs: int = 25) -> dict:
+    """Our MOReL as ``python examples/train.py algo=morel env=hopper seed=<seed>`` runs it (the published
+    settings and generator, the dynamics seed set to ``seed`` so that seeds differ on both sides, at most
+    ``fit_epochs`` epochs of its model's fit: the published 25), on
+    bundled hopper-medium, evaluated every ``eval_every`` iterations (one NPG iteration is one update)."""
+    import tempfile
+    import time
+
+    from mbrl_offline import load_dataset
+    from mbrl_offline.compose import build_run, run_configs
+    from mbrl_offline.logging import read_metrics
+
+    folder = tempfile.mkdtemp(prefix="ours-morel-")
+    algo, generator, trainer = run_configs("morel", "paper", overrides=[
+        f"seed={seed}", f"generator.dynamics.seed={seed}", f"generator.dynamics.max_epochs={fit_epochs}",
+        f"trainer.epochs={iterations // eval_every}", f"trainer.updates_per_epoch={eval_every}",
+        "trainer.eval_every=1", f"trainer.eval_episodes={eval_episodes}", f"trainer.run_dir={folder}/run",
+        "trainer.progress=false", "trainer.tensorboard=false"])
+    start = time.perf_counter()
+    run = build_run("morel", load_dataset("hopper-medium"), algo, generator, trainer, "cpu", cache_dir=folder)
+    fit_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    run.train()
+    metrics = read_metrics(Path(folder) / "run")
+    curve = [{"iteration": h["epoch"] * eval_every, "normalized_score": h["normalized_score"],
+              "path_length_mean": m["rollout"]["mean_length"], "paths_mean": m["train"].get("paths", float("nan"))}
+             for h, m in zip(run.history, metrics)]
+    return {"threshold": float(run.generator.rollouts.threshold), "fit_seconds": fit_seconds, "curve": curve,
+            "planner_seconds": time.perf_counter() - start}
+
+
+def learning_side_by_side(checkout: Path, results: Path, seeds: list[int], sides: list[str], iterations: int,
+                          eval_every: int, eval_episodes: int, fit_epochs: int = 25) -> list[dict]:
+    """Each (seed, side) run (`official_learning_run`, `our_learning_run`) written to ``results`` as JSON,
+    a run already there kept and not run again; returns every run in ``results`` of these settings."""
+    import json
+
+    from mbrl_offline.utils import atomic_path
+    results.mkdir(parents=True, exist_ok=True)
+    budget = {"iterations": iterations, "eval_every": eval_every, "eval_episodes": eval_episodes, "fit_epochs": fit_epochs}
+    for seed in seeds:
+        for side in sides:
+            path = results / f"morel-hopper-medium-seed{seed}-{side}-{iterations}x{eval_every}-fit{fit_epochs}.json"
+            if path.exists():
+                continue
+            run = (official_learning_run(checkout, seed, iterations, eval_every, eval_episodes, fit_epochs)
+                   if side == "official" else our_learning_run(seed, iterations, eval_every, eval_episodes, fit_epochs))
+            run.update(side=side, seed=seed, budget=budget, threads=torch.get_num_threads())
+            with atomic_path(path) as tmp:
+                tmp.write_text(json.dumps(run, indent=1))
+    runs = [json.loads(p.read_text()) for p in sorted(results.glob("morel-hopper-medium-seed*.json"))]
+    return [r for r in runs if r["budget"] == budget]
+
+
+def learning_table(runs: list[dict]) -> list[str]:
+    """Markdown lines: per side the USAD threshold, the seconds, and the mean ± std over seeds of the
+    normalised score, the mean path length and the paths per iteration at every evaluation."""
+    def ms(values) -> str:
+        return f"{np.mean(values):.3g} ± {np.std(values):.2g}" if len(values) > 1 else f"{values[0]:.3g}"
+
+    names = {"official": "official MOReL (mjrl)", "ours": "ours"}
+    sides = [side for side in ("official", "ours") if any(r["side"] == side for r in runs)]
+    by_side = {side: [r for r in runs if r["side"] == side] for side in sides}
+    lines = ["| measure | " + " | ".join(f"{names[side]} (seeds {', '.join(str(r['seed']) for r in by_side[side])})"
+                                        for side in sides) + " |", "|---" * (len(sides) + 1) + "|"]
+    for label, key in (("USAD threshold", "threshold"), ("dynamics fit and set-up, s", "fit_seconds"),
+                       ("planner iterations and evaluations, s", "planner_seconds")):
+        lines.append(f"| {label} | " + " | ".join(ms([r[key] for r in by_side[side]]) for side in sides) + " |")
+    points = sorted({p["iteration"] for r in runs for p in r["curve"]})
+    for label, key in (("normalised score", "normalized_score"), ("mean path length", "path_length_mean"),
+                       ("paths per iteration", "paths_mean")):
+        for point in points:
+            cells = []
+            for side in sides:
+                values = [p[key] for r in by_side[side] for p in r["curve"] if p["iteration"] == point]
+                cells.append(ms(values) if values else "-")
+            lines.append(f"| {label}, iteration {point} | " + " | ".join(cells) + " |")
+    return lines
 
 
 OFFICIAL_VARIANTS = ("official", "our-statistics", "our-rows")
@@ -434,7 +605,16 @@ def main(argv=None) -> int:
     parser.add_argument("--iteration-speed", action="store_true",
                         help="instead: whole planner iterations per second on both sides (rollouts of 50 starts "
                              "in 4 models for 700 steps, then the NPG update)")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (with --speed, --iteration-speed)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (with --speed, --iteration-speed, --learn)")
+    parser.add_argument("--learn", action="store_true",
+                        help="instead: whole MOReL runs on hopper-medium on both sides, scored in the same env")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0], help="with --learn: the runs' seeds")
+    parser.add_argument("--learn-iterations", type=int, default=50, help="with --learn: NPG iterations per run")
+    parser.add_argument("--eval-every", type=int, default=5, help="with --learn: iterations between evaluations")
+    parser.add_argument("--eval-episodes", type=int, default=10, help="with --learn: episodes per evaluation")
+    parser.add_argument("--fit-epochs", type=int, default=25, help="with --learn: the models' epochs (published: 25)")
+    parser.add_argument("--results", type=Path, default=Path("docs/parity-runs"),
+                        help="with --learn: the folder of the runs' JSON files (kept; a run there is not repeated)")
     parser.add_argument("--dynamics", action="store_true",
                         help="instead: the official MOReL models and ours fitted on the same data, measured alike")
     parser.add_argument("--dataset", default="hopper-medium", help="with --dynamics: the bundled dataset")
@@ -444,7 +624,7 @@ def main(argv=None) -> int:
                              "targets' scales our model had before it took mjrl's; our-rows: without the 1000 rows "
                              "our members hold out)")
     parser.add_argument("--sides", nargs="+", default=["official", "ours"], choices=["official", "ours"],
-                        help="with --dynamics: the sides fitted")
+                        help="with --dynamics: the sides fitted; with --learn: the sides run")
     args = parser.parse_args(argv)
     if not (args.mjrl / "mjrl" / "algos" / "npg_cg.py").is_file():
         parser.exit(2, "error: --mjrl must name a checkout of github.com/aravindr93/mjrl (branch v2, with "
@@ -457,6 +637,23 @@ def main(argv=None) -> int:
               f"{rates['samples']} samples per update")
         print(f"NPG updates/s: official {rates['official']:.3f}, ours {rates['ours']:.3f}, "
               f"ours / official {rates['ours'] / rates['official']:.2f}x")
+        return 0
+    if args.learn:
+        os.environ.setdefault("TQDM_DISABLE", "1")  # mjrl's fits and behaviour cloning draw progress bars
+        from mbrl_offline.errors import ConfigError
+        if args.learn_iterations < args.eval_every or args.learn_iterations % args.eval_every:
+            parser.exit(2, f"error: --learn-iterations ({args.learn_iterations}) must be a multiple of --eval-every "
+                           f"({args.eval_every}).\n")
+        import throughput
+        torch.set_num_threads(args.threads)
+        try:
+            runs = learning_side_by_side(args.mjrl, args.results, args.seeds, args.sides, args.learn_iterations,
+                                         args.eval_every, args.eval_episodes, args.fit_epochs)
+        except ConfigError as error:
+            parser.exit(2, f"error: {error}\n")
+        print(f"MOReL on hopper-medium, models fitted for {args.fit_epochs} epochs, {args.learn_iterations} iterations, "
+              f"{args.eval_episodes} evaluation episodes every {args.eval_every}; cpu: {throughput.cpu_name()}; {args.threads} thread(s); torch {torch.__version__}")
+        print("\n".join(learning_table(runs)))
         return 0
     if args.iteration_speed:
         import throughput

@@ -292,6 +292,31 @@ def test_npg_update_gae_and_baseline_match_the_official_mjrl_code():
 
 @pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),
                     reason="set MBRL_OFFLINE_MJRL to a checkout of aravindr93/mjrl, branch v2")
+def test_whole_runs_side_by_side_plan_and_score_on_both_sides(tmp_path):
+    """benchmarks/vs_mjrl.py --learn at a tiny budget (models fitted for 1 epoch, 2 iterations): both sides
+    fit, threshold, plan 200 paths an iteration from the same kind of start states, and are scored."""
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from vs_mjrl import learning_side_by_side, learning_table
+
+    runs = learning_side_by_side(Path(os.environ["MBRL_OFFLINE_MJRL"]), tmp_path, [0], ["official", "ours"],
+                                 iterations=2, eval_every=1, eval_episodes=2, fit_epochs=1)
+    assert sorted(r["side"] for r in runs) == ["official", "ours"]
+    for run in runs:
+        assert run["threshold"] > 0 and [p["iteration"] for p in run["curve"]] == [1, 2]
+        for point in run["curve"]:
+            assert 150 <= point["paths_mean"] <= 200 and point["path_length_mean"] >= 4
+            assert np.isfinite(point["normalized_score"])
+    assert any("normalised score, iteration 2" in line for line in learning_table(runs))
+    assert learning_side_by_side(Path(os.environ["MBRL_OFFLINE_MJRL"]), tmp_path, [0], ["official", "ours"],
+                                 iterations=2, eval_every=1, eval_episodes=2, fit_epochs=1) == runs  # kept, not rerun
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),
+                    reason="set MBRL_OFFLINE_MJRL to a checkout of aravindr93/mjrl, branch v2")
 def test_the_dynamics_side_by_side_measures_both_sides_alike():
     """benchmarks/vs_mjrl.py --dynamics at 1 epoch: run_morel.py's 4 WorldModels and our MOReL model on
     the same rows; both predict hopper-medium's next states far better than the state itself does, their
