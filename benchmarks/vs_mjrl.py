@@ -613,7 +613,7 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-every", type=int, default=5, help="with --learn: iterations between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=10, help="with --learn: episodes per evaluation")
     parser.add_argument("--fit-epochs", type=int, default=25, help="with --learn: the models' epochs (published: 25)")
-    parser.add_argument("--results", type=Path, default=Path("docs/parity-runs"),
+    parser.add_argument("--results", type=Path, default=Path("docs/parity-runs/morel"),
                         help="with --learn: the folder of the runs' JSON files (kept; a run there is not repeated)")
     parser.add_argument("--dynamics", action="store_true",
                         help="instead: the official MOReL models and ours fitted on the same data, measured alike")
