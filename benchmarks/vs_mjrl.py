@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import copy
 import dataclasses
+import functools
 import os
 import sys
 import types
@@ -106,16 +107,52 @@ def differences(ours: torch.Tensor, theirs) -> tuple[float, float]:
     return gap, gap / max(theirs.abs().max().item(), 1e-30)
 
 
+def official_policy_and_baseline(checkout: Path, config, seed: int = 123):
+    """mjrl's policy (``MLP``, 2 x 64 tanh, seeded ``seed``) and ``MLPBaseline`` (2 x 128) at MOReL's
+    settings (``config``: a `MOReLConfig`), as ``run_morel.py`` builds them for hopper's sizes."""
+    _, MLPBaseline, MLP, _ = import_mjrl(checkout)
+    policy = MLP(observation_dim=11, action_dim=3, hidden_sizes=(64, 64), seed=seed,
+                 init_log_std=config.init_log_std, min_log_std=config.min_log_std)
+    return policy, MLPBaseline(None, inp_dim=11, reg_coef=1e-3, batch_size=256, epochs=1, learn_rate=1e-3)
+
+
+def official_models(checkout: Path, seed: int, members: int = 4, obs_dim: int = 11, act_dim: int = 3) -> list:
+    """``run_morel.py``'s ``WorldModel``s (hopper's sizes unless given): 2 x 512 ReLU, residual, Adam 1e-3,
+    seeds ``seed + i``."""
+    import_mjrl(checkout)
+    from mjrl.algos.mbrl.nn_dynamics import WorldModel
+    return [WorldModel(state_dim=obs_dim, act_dim=act_dim, hidden_size=(512, 512), seed=seed + i, fit_lr=1e-3,
+                       fit_wd=0.0, activation="relu", residual=True) for i in range(members)]
+
+
+def official_planner(checkout: Path, models: list, policy, baseline, config, seed=None):
+    """mjrl's ``ModelBasedNPG`` over ``models`` at MOReL's settings with the official hopper reward and
+    termination functions, and the list to which each of its iterations appends its paths' lengths (read
+    on their way from ``train_step``'s rollouts to the update)."""
+    ModelBasedNPG, reward_function, termination_function, _, _ = import_model_based_npg(checkout)
+    planner = ModelBasedNPG(learned_model=models, env=None, policy=policy, baseline=baseline, seed=seed,
+                            normalized_step_size=config.step_size, save_logs=False,
+                            reward_function=reward_function, termination_function=termination_function,
+                            FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping})
+    lengths: list[list[int]] = []
+    train_from_paths = planner.train_from_paths
+
+    def recording(paths):
+        lengths.append([len(p["rewards"]) for p in paths])
+        return train_from_paths(paths)
+
+    planner.train_from_paths = recording
+    return planner, lengths
+
+
 def both_sides(checkout: Path):
     """mjrl's policy (``MLP``, 2 x 64 tanh), ``MLPBaseline`` (2 x 128) and ``NPG`` at MOReL's settings,
     ``process_samples``, our `MOReL` agent (fresh weights) and its config."""
     from mbrl_offline.algorithms.morel import MOReL, MOReLConfig
 
-    NPG, MLPBaseline, MLP, process_samples = import_mjrl(checkout)
+    NPG, _, _, process_samples = import_mjrl(checkout)
     obs_dim, act_dim, config = 11, 3, MOReLConfig()
-    policy = MLP(observation_dim=obs_dim, action_dim=act_dim, hidden_sizes=(64, 64), seed=123,
-                 init_log_std=config.init_log_std, min_log_std=config.min_log_std)
-    baseline = MLPBaseline(None, inp_dim=obs_dim, reg_coef=1e-3, batch_size=256, epochs=1, learn_rate=1e-3)
+    policy, baseline = official_policy_and_baseline(checkout, config)
     npg = NPG(None, policy, baseline, normalized_step_size=config.step_size,
               FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping}, save_logs=False)
     agent = MOReL(obs_dim, act_dim, -np.ones(act_dim), np.ones(act_dim), config)
@@ -212,11 +249,13 @@ def speed(checkout: Path, paths_per_update: int = 200, horizon: int = 700, repea
     return {"ours": statistics.median(ours), "official": statistics.median(theirs), "samples": samples}
 
 
+@functools.lru_cache(maxsize=None)
 def import_model_based_npg(checkout: Path):
-    """mjrl's ``ModelBasedNPG`` and ``WorldModel``, and the official hopper reward and termination functions
+    """(Once per checkout: the stand-in ``GymEnv`` must stay the class the planner's modules imported.)
+    mjrl's ``ModelBasedNPG``, and the official hopper reward and termination functions
     (``projects/model_based_npg/utils/reward_functions/gym_hopper.py``), with stand-ins for ``mjrl.envs``
     and for ``mjrl.utils.gym_env`` (both import gym and MuJoCo; the planner reads only ``GymEnv``'s
-    ``horizon`` and ``act_repeat``). Returns ``(ModelBasedNPG, WorldModel, reward_function,
+    ``horizon`` and ``act_repeat``). Returns ``(ModelBasedNPG, reward_function,
     termination_function, GymEnv, obs_mask)``: ``obs_mask`` scales hopper's velocities by 0.02, as the
     official data and env do (``run_morel.py`` sets it on its env from the same file)."""
     import importlib.util
@@ -231,12 +270,11 @@ def import_model_based_npg(checkout: Path):
 
     sys.modules["mjrl.utils.gym_env"].GymEnv = GymEnv
     from mjrl.algos.mbrl.model_based_npg import ModelBasedNPG
-    from mjrl.algos.mbrl.nn_dynamics import WorldModel
     path = Path(checkout) / "projects" / "model_based_npg" / "utils" / "reward_functions" / "gym_hopper.py"
     spec = importlib.util.spec_from_file_location("mjrl_gym_hopper", path)
     hopper = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hopper)
-    return ModelBasedNPG, WorldModel, hopper.reward_function, hopper.termination_function, GymEnv, hopper.obs_mask
+    return ModelBasedNPG, hopper.reward_function, hopper.termination_function, GymEnv, hopper.obs_mask
 
 
 def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
@@ -256,7 +294,7 @@ def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
     from mbrl_offline.data.envs import get_env_info
     from mbrl_offline.generators.rollouts import RolloutGenerator, episode_starts
 
-    ModelBasedNPG, WorldModel, reward_function, termination_function, GymEnv, _ = import_model_based_npg(checkout)
+    GymEnv = import_model_based_npg(checkout)[3]
     policy, baseline, _, _, agent, config = both_sides(checkout)
     published = agent.published_generator()
     data = load_dataset("hopper-medium")
@@ -278,26 +316,14 @@ def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
     generator.rollouts.sample_starts = lambda observations, rng=None: starts  # the official side's starts
 
     # the official: run_morel.py's models and planner, the same settings
-    models = [WorldModel(state_dim=11, act_dim=3, hidden_size=(512, 512), seed=123 + i, fit_lr=1e-3, fit_wd=0.0,
-                         activation="relu", residual=True) for i in range(published.dynamics.ensemble_size)]
+    models = official_models(checkout, 123, published.dynamics.ensemble_size)
     with torch.no_grad():
         for m in models:
             m.dynamics_net.fc_layers[-1].weight.zero_()
             m.dynamics_net.fc_layers[-1].bias.zero_()
-    planner = ModelBasedNPG(learned_model=models, env=None, policy=policy, baseline=baseline,
-                            normalized_step_size=config.step_size, save_logs=False,
-                            reward_function=reward_function, termination_function=termination_function,
-                            FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping})
+    planner, official_lengths = official_planner(checkout, models, policy, baseline, config)
     init_states = [row.numpy() for row in starts]
     horizon = published.rollout.horizon
-    official_rows = []
-    train_from_paths = planner.train_from_paths
-
-    def counting(paths):  # the paths train_step made, counted on their way to the update
-        official_rows.append(sum(len(p["rewards"]) for p in paths))
-        return train_from_paths(paths)
-
-    planner.train_from_paths = counting
 
     ours, theirs, transitions = [], [], {"ours": [], "official": []}
     for _ in range(repeats):
@@ -310,7 +336,7 @@ def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
         planner.train_step(N=len(init_states), env=GymEnv(horizon), init_states=init_states, horizon=horizon,
                            gamma=config.gamma, gae_lambda=config.gae_lambda, truncate_lim=0.0, truncate_reward=0.0)
         theirs.append(1.0 / (time.perf_counter() - start))
-        transitions["official"].append(official_rows[-1])
+        transitions["official"].append(sum(official_lengths[-1]))
     return {"ours": statistics.median(ours), "official": statistics.median(theirs), "transitions": transitions}
 
 
@@ -331,10 +357,8 @@ def official_learning_run(checkout: Path, seed: int, iterations: int, eval_every
     from mbrl_offline.data.envs import get_env_info
     from mbrl_offline.evaluation import evaluate_policy
 
-    ModelBasedNPG, WorldModel, reward_function, termination_function, GymEnv, obs_mask = import_model_based_npg(checkout)
+    GymEnv, obs_mask = import_model_based_npg(checkout)[3:]
     from mjrl.algos.behavior_cloning import BC
-    from mjrl.baselines.mlp_baseline import MLPBaseline
-    from mjrl.policies.gaussian_mlp import MLP
     from mbrl_offline.algorithms.morel import MOReLConfig
 
     config = MOReLConfig()
@@ -352,8 +376,7 @@ def official_learning_run(checkout: Path, seed: int, iterations: int, eval_every
     sp = np.concatenate([p["observations"][1:] for p in paths])
 
     start = time.perf_counter()
-    models = [WorldModel(state_dim=11, act_dim=3, seed=seed + i, hidden_size=(512, 512), fit_lr=1e-3, fit_wd=0.0,
-                         activation="relu", residual=True) for i in range(4)]
+    models = official_models(checkout, seed)
     for model in models:
         model.fit_dynamics(s, a, sp, fit_mb_size=256, fit_epochs=fit_epochs, max_steps=1e8)
     delta = np.zeros(len(s))
@@ -364,22 +387,9 @@ def official_learning_run(checkout: Path, seed: int, iterations: int, eval_every
     truncate_lim = delta.max() / 3.0
     fit_seconds = time.perf_counter() - start
 
-    policy = MLP(observation_dim=11, action_dim=3, hidden_sizes=(64, 64), seed=seed,
-                 init_log_std=config.init_log_std, min_log_std=config.min_log_std)
-    baseline = MLPBaseline(None, inp_dim=11, reg_coef=1e-3, batch_size=256, epochs=1, learn_rate=1e-3)
-    planner = ModelBasedNPG(learned_model=models, env=None, policy=policy, baseline=baseline, seed=seed,
-                            normalized_step_size=config.step_size, save_logs=False,
-                            reward_function=reward_function, termination_function=termination_function,
-                            FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping})
+    policy, baseline = official_policy_and_baseline(checkout, config, seed)
+    planner, lengths = official_planner(checkout, models, policy, baseline, config, seed)
     BC(paths, policy, epochs=5, batch_size=256, loss_type="MSE").train()
-    lengths = []
-    train_from_paths = planner.train_from_paths
-
-    def recording(paths_made):  # the iteration's paths, on their way to the update
-        lengths.append([len(p["rewards"]) for p in paths_made])
-        return train_from_paths(paths_made)
-
-    planner.train_from_paths = recording
     env = get_env_info("hopper")
     low, high = env.action_bounds()
 
@@ -536,7 +546,6 @@ def dynamics_side_by_side(checkout: Path, dataset: str = "hopper-medium", seed: 
     if official_variant not in OFFICIAL_VARIANTS:
         raise ConfigError(f"unknown official variant '{official_variant}'; choose one of {', '.join(OFFICIAL_VARIANTS)}.")
     import_mjrl(checkout)
-    from mjrl.algos.mbrl.nn_dynamics import WorldModel
 
     data, train, holdout, _ = parity.common_data(dataset)
     s, a, sp = train.observations, train.actions, train.next_observations
@@ -564,8 +573,7 @@ def dynamics_side_by_side(checkout: Path, dataset: str = "hopper-medium", seed: 
     out = {}
     if "official" in sides:  # the official models, as run_morel.py builds and fits them
         start = time.perf_counter()
-        models = [WorldModel(state_dim=data.obs_dim, act_dim=data.act_dim, hidden_size=(512, 512), seed=seed + i,
-                             fit_lr=1e-3, fit_wd=0.0, activation="relu", residual=True) for i in range(members)]
+        models = official_models(checkout, seed, members, data.obs_dim, data.act_dim)
         rows = our_training_rows(config, train) if official_variant == "our-rows" else slice(None)
         for model in models:
             if official_variant == "our-statistics":
