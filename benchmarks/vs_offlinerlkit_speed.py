@@ -114,6 +114,25 @@ AGENTS = ("cql", "edac", "combo", "rambo", "rambo-adversarial", "combo-rollouts"
 UNITS = {"rambo-adversarial": "adversarial steps/s", "combo-rollouts": "transitions/s", "rambo-rollouts": "transitions/s"}
 
 
+def fresh_model(dynamics_config, observations: np.ndarray, actions: np.ndarray):
+    """A fresh ensemble of ``dynamics_config`` for hopper's sizes, its input statistics those of the rows
+    ``[observations, actions]`` (as a fit would set them), marked fitted."""
+    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
+    model = GaussianEnsembleDynamics(11, 3, dynamics_config)
+    inputs = np.concatenate([observations, actions], axis=1)
+    with torch.no_grad():
+        model.input_mean.copy_(torch.as_tensor(inputs.mean(0)))
+        model.input_std.copy_(torch.as_tensor(inputs.std(0)))
+    model.mark_fitted()
+    return model
+
+
+def transition_rows(data) -> dict[str, torch.Tensor]:
+    """A dataset's transitions as float tensors (ours: rewards and terminals as vectors)."""
+    return {k: torch.as_tensor(getattr(data, k)).float() for k in
+            ("observations", "actions", "next_observations", "rewards", "terminals")}
+
+
 def rambo_parts(checkout: Path):
     """Our RAMBO agent (its states standardised by hopper-medium's statistics), a fresh ensemble of
     RAMBO's recipe marked fitted, Kit's ``RAMBOPolicy`` holding the same weights, and the standardised
@@ -121,19 +140,12 @@ def rambo_parts(checkout: Path):
     from mbrl_offline import load_dataset
     from mbrl_offline.algorithms import RAMBO
     from mbrl_offline.generators.rollouts import StandardisedDynamics
-    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
     data = load_dataset("hopper-medium")
     agent = our_agent("rambo")
     agent.normalise.fit(data.observations, agent.config.state_std_eps)
     mean, std = agent.normalise.mean.numpy(), agent.normalise.std.numpy()
-    model = GaussianEnsembleDynamics(11, 3, RAMBO.published_generator().dynamics)
-    inputs = np.concatenate([(data.observations - mean) / std, data.actions], axis=1)
-    with torch.no_grad():
-        model.input_mean.copy_(torch.as_tensor(inputs.mean(0)))
-        model.input_std.copy_(torch.as_tensor(inputs.std(0)))
-    model.mark_fitted()
-    rows = {k: torch.as_tensor(getattr(data, k)).float() for k in
-            ("observations", "actions", "next_observations", "rewards", "terminals")}
+    model = fresh_model(RAMBO.published_generator().dynamics, (data.observations - mean) / std, data.actions)
+    rows = transition_rows(data)
     standard = {**rows, "observations": (rows["observations"] - torch.as_tensor(mean)) / torch.as_tensor(std),
                 "next_observations": (rows["next_observations"] - torch.as_tensor(mean)) / torch.as_tensor(std)}
     kit = kit_rambo_policy(checkout, agent, model, mean, std, 3e-4) if checkout is not None else None
@@ -185,7 +197,6 @@ def rollout_rates(side: str, name: str, checkout: Path) -> list[float]:
     from mbrl_offline.buffer import TransitionBuffer
     from mbrl_offline.data.envs import get_env_info
     from mbrl_offline.generators.rollouts import RolloutGenerator
-    from mbrl_offline.models.dynamics import GaussianEnsembleDynamics
     agent_name = name.split("-")[0]
     if agent_name == "rambo":  # ours: raw rows (the model's wrapper standardises); Kit's buffer: standardised
         agent, dynamics, _, real, kit_rows = rambo_parts(None)
@@ -194,15 +205,9 @@ def rollout_rates(side: str, name: str, checkout: Path) -> list[float]:
         from mbrl_offline.algorithms import COMBO
         data = load_dataset("hopper-medium")
         agent = our_agent("combo")
-        model = GaussianEnsembleDynamics(11, 3, COMBO.published_generator().dynamics)
-        inputs = np.concatenate([data.observations, data.actions], axis=1)
-        with torch.no_grad():
-            model.input_mean.copy_(torch.as_tensor(inputs.mean(0)))
-            model.input_std.copy_(torch.as_tensor(inputs.std(0)))
-        model.mark_fitted()
-        dynamics, real = model, {k: torch.as_tensor(getattr(data, k)).float() for k in
-                                 ("observations", "actions", "next_observations", "rewards", "terminals")}
-        kit_rows = real
+        model = fresh_model(COMBO.published_generator().dynamics, data.observations, data.actions)
+        dynamics = model
+        real = kit_rows = transition_rows(data)
     still_model(model)
     config = (agent.published_generator()).rollout
     starts, horizon = config.rollouts_per_epoch, config.horizon
