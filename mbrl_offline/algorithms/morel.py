@@ -171,9 +171,10 @@ class GaussianMLP(nn.Module):
             x = torch.tanh(layer(x))
         return self.layers[-1](x)
 
-    def log_likelihood(self, obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
-        """log N(a; mu(s), diag(exp(2 log_std))) per row."""
-        z = (actions - self(obs)) / self.log_std.exp()
+    def log_likelihood(self, obs: torch.Tensor, actions: torch.Tensor,
+                       mean: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """log N(a; mu(s), diag(exp(2 log_std))) per row; ``mean``: mu(obs) where it was computed already."""
+        z = (actions - (self(obs) if mean is None else mean)) / self.log_std.exp()
         return -0.5 * z.pow(2).sum(-1) - self.log_std.sum() - 0.5 * actions.shape[-1] * math.log(2 * math.pi)
 
     def flat(self) -> torch.Tensor:
@@ -450,17 +451,18 @@ class MOReL(FeedForwardAgent):
         cfg, pi = self.config, self.pi
         adv = ((advantages - advantages.mean()) / (advantages.std(correction=0) + 1e-6)).to(obs.dtype)
         params = list(pi.parameters())
-        surrogate = (pi.log_likelihood(obs, actions) * adv).mean()
-        g = torch.cat([d.reshape(-1) for d in torch.autograd.grad(surrogate, params)])
+        fisher = GaussianFisher(pi, obs)  # the mean KL's Hessian at the current policy, and mu(obs) with its graph
+        surrogate = (pi.log_likelihood(obs, actions, fisher.mean) * adv).mean()
+        g = torch.cat([d.reshape(-1) for d in torch.autograd.grad(surrogate, params, retain_graph=True)])
 
-        fisher = GaussianFisher(pi, obs)  # the mean KL's Hessian at the current policy
         old_mean, old_log_std = fisher.mean.detach(), pi.log_std.detach().clone()
         x = conjugate_gradient(lambda v: fisher(v) + cfg.cg_damping * v, g, g, cfg.cg_iters, cfg.cg_residual_tol)
         alpha = npg_step_size(cfg.step_size, g, x)
         pi.set_flat(pi.flat() + alpha * x, cfg.min_log_std, cfg.max_log_std)
         with torch.no_grad():
-            surrogate_after = (pi.log_likelihood(obs, actions) * adv).mean()
-            kl_after = gaussian_kl(old_mean, old_log_std, pi(obs), pi.log_std)
+            new_mean = pi(obs)
+            surrogate_after = (pi.log_likelihood(obs, actions, new_mean) * adv).mean()
+            kl_after = gaussian_kl(old_mean, old_log_std, new_mean, pi.log_std)
         return {"alpha": alpha.detach(), "kl": kl_after, "surrogate_improvement": surrogate_after - surrogate.detach(),
                 "log_std_mean": pi.log_std.detach().mean()}
 
