@@ -15,8 +15,9 @@ every seed clears the test's bar (20 points above the data) and the training min
 machine's CPU. ``--out`` also writes the rows into that page (docs/learning-seeds.md), each with its
 commit, CPU and command, replacing the rows of the same case, settings, dataset and schedule and keeping
 the others.
-``--defaults`` runs the agents' published settings instead of their cases' (``--dataset``, ``--epochs``
-and ``--updates`` in place of the case's): the trial of a case before the test takes it. ``--refiner``
+``--defaults`` runs the agents' published settings instead of their cases'; ``--dataset``, ``--epochs``
+and ``--updates`` (with or without it) replace the case's dataset and schedule: the trial of a case before
+the test takes it. ``--refiner``
 refines each model step of the cases' generators (rollouts or NEUBAY's posterior) with the PDE-Refiner at
 its defaults (`mbrl_offline.models.refiner.RefinerConfig`; ``--refiner-sigma-min`` sets its last noise
 level).
@@ -49,20 +50,23 @@ def learning_cases(source: str | None = None):
     return module
 
 
-def with_defaults(cases, names, dataset=None, epochs=None, updates=None):
-    """``cases`` (the test module) with each of ``names``' cases running its agent's published settings
-    (`published` in the test file, as budget=cpu composes them; with the case's generator where the case
-    pairs the agent with another, `pairing`) on ``dataset`` for ``epochs`` of ``updates`` (None: the
-    case's own): the trial of a case before the test takes it (``--defaults``)."""
+def with_trial(cases, names, defaults=False, dataset=None, epochs=None, updates=None):
+    """``cases`` (the test module) with each of ``names``' cases on ``dataset`` for ``epochs`` of ``updates``
+    (None: the case's own), running its agent's published settings (`published` in the test file, as
+    budget=cpu composes them; with the case's generator where the case pairs the agent with another,
+    `pairing`) where ``defaults``, else the case's own settings: the trial of a case before the test takes
+    it (``--defaults``, ``--dataset``, ``--epochs``, ``--updates``)."""
     for name in names:
-        agent_cls, _, case_dataset, case_epochs, *case_updates = cases.CASES[name]
+        agent_cls, configs, case_dataset, case_epochs, *case_updates = cases.CASES[name]
         dataset_now = dataset or case_dataset
-        cases.CASES[name] = (agent_cls, cases.published(agent_cls.name, dataset_now, cases.pairing(name)),
-                             dataset_now, epochs or case_epochs, *([updates] if updates else case_updates))
+        if defaults:
+            configs = cases.published(agent_cls.name, dataset_now, cases.pairing(name))
+        cases.CASES[name] = (agent_cls, configs, dataset_now, epochs or case_epochs,
+                             *([updates] if updates else case_updates))
     return cases
 
 
-def _run(name: str, seed: int, threads: int, cache_dir: str, refiner_sigma_min=None, defaults=None, source=None
+def _run(name: str, seed: int, threads: int, cache_dir: str, refiner_sigma_min=None, trial=None, source=None
          ) -> tuple[str, int, float, float, float]:
     import torch
 
@@ -70,8 +74,8 @@ def _run(name: str, seed: int, threads: int, cache_dir: str, refiner_sigma_min=N
 
     torch.set_num_threads(threads)
     cases = learning_cases(source)
-    if defaults is not None:
-        with_defaults(cases, [name], *defaults)
+    if trial is not None:
+        with_trial(cases, [name], *trial)
     refiner = None if refiner_sigma_min is None else RefinerConfig(enabled=True, sigma_min=refiner_sigma_min)
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as run_dir:
@@ -107,11 +111,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time")
     parser.add_argument("--defaults", action="store_true",
                         help="run the agents' published settings (budget=cpu) in place of their cases' settings")
-    parser.add_argument("--dataset", default=None, help="with --defaults: this bundled dataset in place of the case's")
-    parser.add_argument("--epochs", type=int, default=None,
-                        help="with --defaults: this many epochs in place of the case's")
+    parser.add_argument("--dataset", default=None, help="this bundled dataset in place of the case's")
+    parser.add_argument("--epochs", type=int, default=None, help="this many epochs in place of the case's")
     parser.add_argument("--updates", type=int, default=None,
-                        help="with --defaults: this many updates per epoch in place of the case's")
+                        help="this many updates per epoch in place of the case's")
     parser.add_argument("--out", type=Path, default=None,
                         help="also write the rows into this page (docs/learning-seeds.md), keeping other cases' rows")
     parser.add_argument("--refiner", action="store_true", help="refine each model step with the PDE-Refiner")
@@ -122,9 +125,6 @@ def main() -> None:
         parser.error("seeds must be >= 0, --threads and --jobs at least 1")
     if args.out is not None and (args.refiner or args.refiner_sigma_min is not None):
         parser.error("--out records the tests' own runs: leave out --refiner")
-    if (args.dataset, args.epochs, args.updates) != (None, None, None) and not args.defaults:
-        parser.error("--dataset, --epochs and --updates go with --defaults (a case's own settings keep its dataset "
-                     "and schedule)")
     if (args.epochs is not None and args.epochs < 1) or (args.updates is not None and args.updates < 1):
         parser.error("--epochs and --updates must be at least 1")
     if args.dataset is not None:
@@ -132,9 +132,10 @@ def main() -> None:
 
         if args.dataset not in bundled_datasets():
             parser.error(f"--dataset {args.dataset} is not a bundled dataset: {', '.join(bundled_datasets())}")
-    defaults = (args.dataset, args.epochs, args.updates) if args.defaults else None
-    if defaults is not None:
-        with_defaults(cases, args.agents, *defaults)
+    trial = (args.defaults, args.dataset, args.epochs, args.updates)
+    trial = None if trial == (False, None, None, None) else trial
+    if trial is not None:
+        with_trial(cases, args.agents, *trial)
     if args.out is not None and args.out.suffix != ".md":
         parser.error(f"--out {args.out} must name a .md page (e.g. docs/learning-seeds.md)")
     sigma_min = None
@@ -159,7 +160,7 @@ def main() -> None:
         for name in args.agents:  # each model fitted once, before the runs, as CI's seed 0 fits it
             prefit(cases, name, cache_dir)
         with ProcessPoolExecutor(args.jobs) as pool:
-            results = list(pool.map(_run, *zip(*[(n, s, args.threads, cache_dir, sigma_min, defaults, source)
+            results = list(pool.map(_run, *zip(*[(n, s, args.threads, cache_dir, sigma_min, trial, source)
                                                  for n in args.agents for s in args.seeds])))
 
     refined = "" if sigma_min is None else f"; model steps refined (PDE-Refiner, sigma_min {sigma_min:g})"
@@ -220,8 +221,8 @@ PAGE_TEXT = """# The learning tests' seeds
 Written by `python benchmarks/learning_seeds.py ... --out docs/learning-seeds.md` (each row's command is in
 its last column). A row is one case of `tests/test_learning.py` (its `CASES`) on one dataset and schedule,
 with settings published or adjusted, and is replaced when the same is measured again. The rows cover the
-tests' own cases and the trials of agents' published settings (`--defaults`) that no test took because
-a seed missed the bar. CI runs seed 0 of every case; these rows show the other seeds.
+tests' own cases and the trials (of agents' published settings, `--defaults`, or of a case's settings on
+another dataset or schedule) that no test took because a seed missed the bar. CI runs seed 0 of every case; these rows show the other seeds.
 
 - **settings**: `published (budget=cpu)` where the run took the agent's published settings and
   generator exactly as `python examples/train.py algo=<agent> env=<env> env.dataset=<dataset>
