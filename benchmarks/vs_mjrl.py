@@ -127,22 +127,28 @@ def official_models(checkout: Path, seed: int, members: int = 4, obs_dim: int = 
 
 def official_planner(checkout: Path, models: list, policy, baseline, config, seed=None):
     """mjrl's ``ModelBasedNPG`` over ``models`` at MOReL's settings with the official hopper reward and
-    termination functions, and the list to which each of its iterations appends its paths' lengths (read
-    on their way from ``train_step``'s rollouts to the update)."""
+    termination functions, and its paths' record, read on their way from ``train_step``'s rollouts to the
+    update: each iteration appends its paths' lengths to ``record["lengths"]`` and to ``record["halted"]``
+    whether each was cut by USAD (shorter than the horizon, with its last state inside the termination
+    function's limits, so not cut by it)."""
     ModelBasedNPG, reward_function, termination_function, _, _ = import_model_based_npg(checkout)
     planner = ModelBasedNPG(learned_model=models, env=None, policy=policy, baseline=baseline, seed=seed,
                             normalized_step_size=config.step_size, save_logs=False,
                             reward_function=reward_function, termination_function=termination_function,
                             FIM_invert_args={"iters": config.cg_iters, "damping": config.cg_damping})
-    lengths: list[list[int]] = []
+    record: dict[str, list[list]] = {"lengths": [], "halted": []}
     train_from_paths = planner.train_from_paths
 
+    def inside_limits(obs: np.ndarray) -> bool:  # the termination function's test, on mjrl's coordinates
+        return bool((np.abs(obs) < 10).all() and obs[0] > 0.7 and abs(obs[1]) < 0.15)
+
     def recording(paths):
-        lengths.append([len(p["rewards"]) for p in paths])
+        record["lengths"].append([len(p["rewards"]) for p in paths])
+        record["halted"].append([len(p["rewards"]) < 700 and inside_limits(p["observations"][-1]) for p in paths])
         return train_from_paths(paths)
 
     planner.train_from_paths = recording
-    return planner, lengths
+    return planner, record
 
 
 def both_sides(checkout: Path):
@@ -321,7 +327,7 @@ def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
         for m in models:
             m.dynamics_net.fc_layers[-1].weight.zero_()
             m.dynamics_net.fc_layers[-1].bias.zero_()
-    planner, official_lengths = official_planner(checkout, models, policy, baseline, config)
+    planner, official_paths = official_planner(checkout, models, policy, baseline, config)
     init_states = [row.numpy() for row in starts]
     horizon = published.rollout.horizon
 
@@ -336,7 +342,7 @@ def iteration_speed(checkout: Path, repeats: int = 3, seed: int = 0) -> dict:
         planner.train_step(N=len(init_states), env=GymEnv(horizon), init_states=init_states, horizon=horizon,
                            gamma=config.gamma, gae_lambda=config.gae_lambda, truncate_lim=0.0, truncate_reward=0.0)
         theirs.append(1.0 / (time.perf_counter() - start))
-        transitions["official"].append(sum(official_lengths[-1]))
+        transitions["official"].append(sum(official_paths["lengths"][-1]))
     return {"ours": statistics.median(ours), "official": statistics.median(theirs), "transitions": transitions}
 
 
@@ -388,7 +394,7 @@ def official_learning_run(checkout: Path, seed: int, iterations: int, eval_every
     fit_seconds = time.perf_counter() - start
 
     policy, baseline = official_policy_and_baseline(checkout, config, seed)
-    planner, lengths = official_planner(checkout, models, policy, baseline, config, seed)
+    planner, made = official_planner(checkout, models, policy, baseline, config, seed)
     BC(paths, policy, epochs=5, batch_size=256, loss_type="MSE").train()
     env = get_env_info("hopper")
     low, high = env.action_bounds()
@@ -406,18 +412,65 @@ def official_learning_run(checkout: Path, seed: int, iterations: int, eval_every
                            truncate_reward=0.0)
         if iteration % eval_every == 0:
             result = evaluate_policy(act, env, eval_episodes, parity.eval_seed(seed, iteration // eval_every))
-            recent = [n for made in lengths[-eval_every:] for n in made]
+            recent = [n for lengths in made["lengths"][-eval_every:] for n in lengths]
+            halted = [h for flags in made["halted"][-eval_every:] for h in flags]
             curve.append({"iteration": iteration, "normalized_score": result["normalized_score"],
-                          "path_length_mean": float(np.mean(recent)), "paths_mean": len(recent) / eval_every})
+                          "path_length_mean": float(np.mean(recent)), "paths_mean": len(recent) / eval_every,
+                          "halted_fraction": float(np.mean(halted))})
     return {"threshold": float(truncate_lim), "fit_seconds": fit_seconds, "curve": curve,
             "planner_seconds": time.perf_counter() - start}
 
 
-def our_learning_run(seed: int, iterations: int, eval_every: int, eval_episodes: int, fit_epochs: int = 25) -> dict:
+OBS_MASK = [1.0] * 5 + [0.02] * 6  # mjrl's hopper ``obs_mask``: positions x 1, velocities x 0.02
+
+
+def mjrl_hopper_termination(next_obs: torch.Tensor) -> torch.Tensor:
+    """mjrl's ``termination_function`` for hopper (``projects/model_based_npg/utils/reward_functions/gym_hopper.py``)
+    on raw observations: a path ends unless every coordinate of the observation scaled by ``obs_mask`` (positions
+    x 1, velocities x 0.02) is below 10 in magnitude, the height above 0.7 and |angle| below 0.15 (ours, Hopper-v5's:
+    0.2, and |s[1:]| < 100 unscaled)."""
+    scale = torch.tensor(OBS_MASK, dtype=next_obs.dtype, device=next_obs.device)
+    healthy = (((next_obs * scale).abs() < 10).all(-1) & (next_obs[..., 0] > 0.7) & (next_obs[..., 1].abs() < 0.15))
+    return ~healthy
+
+
+def mjrl_disagreement(mean: torch.Tensor) -> torch.Tensor:
+    """USAD's disagreement as the official code measures it: `max_pairwise_distance` of the members' next
+    states in mjrl's coordinates (velocities scaled by ``obs_mask``'s 0.02), ``(members, B, obs_dim + 1)`` ->
+    ``(B,)``."""
+    from mbrl_offline.models.uncertainty import max_pairwise_distance
+
+    scale = torch.tensor(OBS_MASK + [1.0], dtype=mean.dtype, device=mean.device)
+    return max_pairwise_distance(mean * scale)
+
+
+# --ours-variant: changes on our side toward the official code, to measure each difference from it alone
+OURS_VARIANTS = ("mjrl-termination", "mjrl-detector", "mjrl-bootstrap")
+
+
+def variant_patches(variants) -> list[tuple[object, str, object]]:
+    """(module, attribute, replacement) for each change of ``variants`` (`OURS_VARIANTS`) made by replacing a
+    function of the library (the others are settings or set on the run: `our_learning_run`)."""
+    from mbrl_offline.generators import rollouts
+    from mbrl_offline.models import dynamics
+
+    patches = []
+    if "mjrl-detector" in variants:  # the rollouts' disagreement and the threshold's, both in mjrl's coordinates
+        patches += [(dynamics, "max_pairwise_distance", mjrl_disagreement),
+                    (rollouts, "max_pairwise_distance", mjrl_disagreement)]
+    return patches
+
+
+def our_learning_run(seed: int, iterations: int, eval_every: int, eval_episodes: int, fit_epochs: int = 25,
+                     variants: tuple[str, ...] = ()) -> dict:
     """Our MOReL as ``python examples/train.py algo=morel env=hopper seed=<seed>`` runs it (the published
     settings and generator, the dynamics seed set to ``seed`` so that seeds differ on both sides, at most
     ``fit_epochs`` epochs of its model's fit: the published 25), on
-    bundled hopper-medium, evaluated every ``eval_every`` iterations (one NPG iteration is one update)."""
+    bundled hopper-medium, evaluated every ``eval_every`` iterations (one NPG iteration is one update). Each of
+    ``variants`` (`OURS_VARIANTS`) takes one thing from the official code: ``mjrl-termination``, model rollouts
+    end by mjrl's hopper termination (`mjrl_hopper_termination`; evaluation stays in the env);
+    ``mjrl-detector``, USAD's disagreement and threshold in mjrl's coordinates (`mjrl_disagreement`);
+    ``mjrl-bootstrap``, every path bootstraps in the update's GAE (``algo.bootstrap_every_path=true``)."""
     import tempfile
     import time
 
@@ -430,24 +483,38 @@ def our_learning_run(seed: int, iterations: int, eval_every: int, eval_episodes:
         f"seed={seed}", f"generator.dynamics.seed={seed}", f"generator.dynamics.max_epochs={fit_epochs}",
         f"trainer.epochs={iterations // eval_every}", f"trainer.updates_per_epoch={eval_every}",
         "trainer.eval_every=1", f"trainer.eval_episodes={eval_episodes}", f"trainer.run_dir={folder}/run",
-        "trainer.progress=false", "trainer.tensorboard=false"])
-    start = time.perf_counter()
-    run = build_run("morel", load_dataset("hopper-medium"), algo, generator, trainer, "cpu", cache_dir=folder)
-    fit_seconds = time.perf_counter() - start
-    start = time.perf_counter()
-    run.train()
+        "trainer.progress=false", "trainer.tensorboard=false",
+        *(["algo.bootstrap_every_path=true"] if "mjrl-bootstrap" in variants else [])])
+    patches = variant_patches(variants)
+    originals = [getattr(module, name) for module, name, _ in patches]
+    try:
+        for module, name, replacement in patches:
+            setattr(module, name, replacement)
+        start = time.perf_counter()
+        run = build_run("morel", load_dataset("hopper-medium"), algo, generator, trainer, "cpu", cache_dir=folder)
+        if "mjrl-termination" in variants:
+            run.generator.rollouts.termination_fn = mjrl_hopper_termination
+        fit_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        run.train()
+    finally:
+        for (module, name, _), original in zip(patches, originals):
+            setattr(module, name, original)
     metrics = read_metrics(Path(folder) / "run")
     curve = [{"iteration": h["epoch"] * eval_every, "normalized_score": h["normalized_score"],
-              "path_length_mean": m["rollout"]["mean_length"], "paths_mean": m["train"].get("paths", float("nan"))}
+              "path_length_mean": m["rollout"]["mean_length"], "paths_mean": m["train"].get("paths", float("nan")),
+              "halted_fraction": m["rollout"]["halted_fraction"]}
              for h, m in zip(run.history, metrics)]
     return {"threshold": float(run.generator.rollouts.threshold), "fit_seconds": fit_seconds, "curve": curve,
             "planner_seconds": time.perf_counter() - start}
 
 
 def learning_side_by_side(checkout: Path, results: Path, seeds: list[int], sides: list[str], iterations: int,
-                          eval_every: int, eval_episodes: int, fit_epochs: int = 25) -> list[dict]:
-    """Each (seed, side) run (`official_learning_run`, `our_learning_run`) written to ``results`` as JSON,
-    a run already there kept and not run again; returns every run in ``results`` of these settings."""
+                          eval_every: int, eval_episodes: int, fit_epochs: int = 25,
+                          ours_variants: tuple[str, ...] = ()) -> list[dict]:
+    """Each (seed, side) run (`official_learning_run`, `our_learning_run` with ``ours_variants``) written to
+    ``results`` as JSON, a run already there kept and not run again; returns every run in ``results`` of these
+    settings (of every variant of ours)."""
     import json
 
     from mbrl_offline.utils import atomic_path
@@ -455,12 +522,18 @@ def learning_side_by_side(checkout: Path, results: Path, seeds: list[int], sides
     budget = {"iterations": iterations, "eval_every": eval_every, "eval_episodes": eval_episodes, "fit_epochs": fit_epochs}
     for seed in seeds:
         for side in sides:
-            path = results / f"morel-hopper-medium-seed{seed}-{side}-{iterations}x{eval_every}-fit{fit_epochs}.json"
+            variants = tuple(v for v in OURS_VARIANTS if v in ours_variants) if side == "ours" else ()
+            variant = "+".join(variants)
+            name = "-".join([side, *variants])
+            path = results / f"morel-hopper-medium-seed{seed}-{name}-{iterations}x{eval_every}-fit{fit_epochs}.json"
             if path.exists():
                 continue
             run = (official_learning_run(checkout, seed, iterations, eval_every, eval_episodes, fit_epochs)
-                   if side == "official" else our_learning_run(seed, iterations, eval_every, eval_episodes, fit_epochs))
+                   if side == "official" else
+                   our_learning_run(seed, iterations, eval_every, eval_episodes, fit_epochs, variants))
             run.update(side=side, seed=seed, budget=budget, threads=torch.get_num_threads())
+            if variants:
+                run["variant"] = variant
             with atomic_path(path) as tmp:
                 tmp.write_text(json.dumps(run, indent=1))
     runs = [json.loads(p.read_text()) for p in sorted(results.glob("morel-hopper-medium-seed*.json"))]
@@ -468,26 +541,34 @@ def learning_side_by_side(checkout: Path, results: Path, seeds: list[int], sides
 
 
 def learning_table(runs: list[dict]) -> list[str]:
-    """Markdown lines: per side the USAD threshold, the seconds, and the mean ± std over seeds of the
-    normalised score, the mean path length and the paths per iteration at every evaluation."""
+    """Markdown lines: per side (and variant of ours) the USAD threshold, the seconds, and the mean ± std over
+    seeds of the normalised score, the mean path length, the paths per iteration and the share of paths cut
+    by USAD (where the runs recorded it) at every evaluation."""
     def ms(values) -> str:
         return f"{np.mean(values):.3g} ± {np.std(values):.2g}" if len(values) > 1 else f"{values[0]:.3g}"
 
-    names = {"official": "official MOReL (mjrl)", "ours": "ours"}
-    sides = [side for side in ("official", "ours") if any(r["side"] == side for r in runs)]
-    by_side = {side: [r for r in runs if r["side"] == side] for side in sides}
-    lines = ["| measure | " + " | ".join(f"{names[side]} (seeds {', '.join(str(r['seed']) for r in by_side[side])})"
+    def name(side: str) -> str:
+        return {"official": "official MOReL (mjrl)", "ours": "ours"}.get(side, side)
+
+    def key(run: dict) -> str:  # a column per side, and one per variant of ours
+        return run["side"] if "variant" not in run else f"ours, {run['variant']}"
+
+    sides = sorted({key(r) for r in runs}, key=lambda side: (side != "official", side))
+    by_side = {side: [r for r in runs if key(r) == side] for side in sides}
+    lines = ["| measure | " + " | ".join(f"{name(side)} (seeds {', '.join(str(r['seed']) for r in by_side[side])})"
                                         for side in sides) + " |", "|---" * (len(sides) + 1) + "|"]
     for label, key in (("USAD threshold", "threshold"), ("dynamics fit and set-up, s", "fit_seconds"),
                        ("planner iterations and evaluations, s", "planner_seconds")):
         lines.append(f"| {label} | " + " | ".join(ms([r[key] for r in by_side[side]]) for side in sides) + " |")
     points = sorted({p["iteration"] for r in runs for p in r["curve"]})
     for label, key in (("normalised score", "normalized_score"), ("mean path length", "path_length_mean"),
-                       ("paths per iteration", "paths_mean")):
+                       ("paths per iteration", "paths_mean"), ("paths cut by USAD", "halted_fraction")):
+        if not any(key in p for r in runs for p in r["curve"]):  # a measure that runs written before it lack
+            continue
         for point in points:
             cells = []
             for side in sides:
-                values = [p[key] for r in by_side[side] for p in r["curve"] if p["iteration"] == point]
+                values = [p[key] for r in by_side[side] for p in r["curve"] if p["iteration"] == point and key in p]
                 cells.append(ms(values) if values else "-")
             lines.append(f"| {label}, iteration {point} | " + " | ".join(cells) + " |")
     return lines
@@ -621,6 +702,11 @@ def main(argv=None) -> int:
     parser.add_argument("--eval-every", type=int, default=5, help="with --learn: iterations between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=10, help="with --learn: episodes per evaluation")
     parser.add_argument("--fit-epochs", type=int, default=25, help="with --learn: the models' epochs (published: 25)")
+    parser.add_argument("--ours-variant", nargs="+", default=[], choices=OURS_VARIANTS,
+                        help="with --learn: changes on our side toward the official code (mjrl-termination: model "
+                             "rollouts end by mjrl's hopper termination, |angle| < 0.15; mjrl-detector: USAD's "
+                             "disagreement with the velocities scaled by 0.02; mjrl-bootstrap: no path terminal in "
+                             "GAE, as mjrl's train_step leaves them)")
     parser.add_argument("--results", type=Path, default=Path("docs/parity-runs/morel"),
                         help="with --learn: the folder of the runs' JSON files (kept; a run there is not repeated)")
     parser.add_argument("--dynamics", action="store_true",
@@ -656,7 +742,7 @@ def main(argv=None) -> int:
         torch.set_num_threads(args.threads)
         try:
             runs = learning_side_by_side(args.mjrl, args.results, args.seeds, args.sides, args.learn_iterations,
-                                         args.eval_every, args.eval_episodes, args.fit_epochs)
+                                         args.eval_every, args.eval_episodes, args.fit_epochs, tuple(args.ours_variant))
         except ConfigError as error:
             parser.exit(2, f"error: {error}\n")
         print(f"MOReL on hopper-medium, models fitted for {args.fit_epochs} epochs, {args.learn_iterations} iterations, "

@@ -256,6 +256,27 @@ def test_gae_and_returns_match_a_loop_over_each_path():
     assert (advantages[~paths["mask"]] == 0).all()
 
 
+@pytest.mark.parametrize("bootstrap_every_path", [False, True])
+def test_the_agents_gae_ends_paths_as_its_setting_says(bootstrap_every_path):
+    """`MOReL.advantages`: a path that ended by termination or USAD is terminal by default (nothing after
+    it), and with ``bootstrap_every_path`` every path ends on its last state's own baseline value, as mjrl's
+    ``train_step`` leaves its paths (``terminated`` always False)."""
+    torch.manual_seed(0)
+    agent = MOReL(3, 2, -np.ones(2), np.ones(2), MOReLConfig(bootstrap_every_path=bootstrap_every_path))
+    lengths, terminated = [6, 4], [True, False]
+    batch = {"path": torch.tensor([0] * 6 + [1] * 4), "step": torch.tensor([*range(6), *range(4)]),
+             "rewards": torch.randn(10), "terminals": torch.tensor([False] * 5 + [True] + [False] * 4),
+             "observations": torch.randn(10, 3), "actions": torch.zeros(10, 2)}
+    paths = path_grid(batch)
+    advantages, _, features = agent.advantages(paths)
+    values = agent.baseline(features).squeeze(-1).double()
+    for p, n in enumerate(lengths):
+        expected = brute_force_gae(paths["rewards"][p, :n].double().numpy(), values[p, :n].detach().numpy(),
+                                   terminated[p] and not bootstrap_every_path, agent.config.gamma,
+                                   agent.config.gae_lambda)
+        np.testing.assert_allclose(advantages[p, :n].numpy(), expected, rtol=1e-6, atol=1e-9)
+
+
 def test_morel_refuses_a_generator_that_is_not_on_policy_in_one_line():
     from mbrl_offline.pairing import check_pair
     from mbrl_offline.algorithms.morel import morel_generator
@@ -309,10 +330,56 @@ def test_whole_runs_side_by_side_plan_and_score_on_both_sides(tmp_path):
         assert run["threshold"] > 0 and [p["iteration"] for p in run["curve"]] == [1, 2]
         for point in run["curve"]:
             assert 150 <= point["paths_mean"] <= 200 and point["path_length_mean"] >= 4
+            assert 0 <= point["halted_fraction"] <= 1
             assert np.isfinite(point["normalized_score"])
     assert any("normalised score, iteration 2" in line for line in learning_table(runs))
+    assert any("paths cut by USAD, iteration 2" in line for line in learning_table(runs))
     assert learning_side_by_side(Path(os.environ["MBRL_OFFLINE_MJRL"]), tmp_path, [0], ["official", "ours"],
                                  iterations=2, eval_every=1, eval_episodes=2, fit_epochs=1) == runs  # kept, not rerun
+
+
+@pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),
+                    reason="set MBRL_OFFLINE_MJRL to a checkout of aravindr93/mjrl, branch v2")
+def test_the_whole_runs_variants_take_mjrls_own_rules(monkeypatch):
+    """vs_mjrl.py --learn --ours-variant: its termination ends a path exactly where mjrl's hopper
+    ``termination_function`` does (on observations near each of its limits); its disagreement is mjrl's
+    largest pairwise distance of next states in mjrl's coordinates; the bootstrap variant sets
+    ``algo.bootstrap_every_path``; and the library's functions are back in place after the patches."""
+    import os
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
+    from vs_mjrl import import_model_based_npg, mjrl_disagreement, mjrl_hopper_termination, our_learning_run
+
+    from mbrl_offline import compose
+    from mbrl_offline.models import dynamics
+    from mbrl_offline.models.uncertainty import max_pairwise_distance
+
+    _, _, termination_function, _, obs_mask = import_model_based_npg(Path(os.environ["MBRL_OFFLINE_MJRL"]))
+    rng = np.random.default_rng(0)
+    obs = rng.normal(size=(4000, 11)) * np.array([0.3, 0.12, 1, 1, 1, 200, 200, 200, 200, 200, 200])
+    obs[:, 0] += 1.0  # heights around 0.7-1.3
+    paths = termination_function([{"observations": o[None] * obs_mask, "actions": np.zeros((1, 3)),
+                                   "rewards": np.zeros(1)} for o in obs])
+    theirs = np.array([p["terminated"] for p in paths])
+    ours = mjrl_hopper_termination(torch.as_tensor(obs)).numpy()
+    assert 0.2 < theirs.mean() < 0.8 and (ours == theirs).all()
+
+    means = torch.randn(4, 50, 12, dtype=torch.float64)
+    masked = means[..., :-1] * torch.as_tensor(obs_mask)
+    expected = torch.stack([(masked[i] - masked[j]).norm(dim=-1) for i in range(4) for j in range(i + 1, 4)]).amax(0)
+    assert torch.allclose(mjrl_disagreement(means), expected)
+
+    def failing_build_run(name, data, algo, *args, **kwargs):
+        assert dynamics.max_pairwise_distance is mjrl_disagreement and algo.bootstrap_every_path
+        raise RuntimeError("stopped while the variants are in place")
+
+    monkeypatch.setattr(compose, "build_run", failing_build_run)
+    with pytest.raises(RuntimeError, match="stopped while"):  # a run that fails leaves the library's functions
+        our_learning_run(0, iterations=1, eval_every=1, eval_episodes=1, fit_epochs=1,
+                         variants=("mjrl-detector", "mjrl-bootstrap"))
+    assert dynamics.max_pairwise_distance is max_pairwise_distance
 
 
 @pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),

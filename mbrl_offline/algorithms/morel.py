@@ -62,8 +62,15 @@ Differences from the official code, and why:
 * The generator logs every uncertainty it computes for USAD (``generator.rollout`` statistics): the
   aleatoric one means nothing for these deterministic members (their variance head is not trained).
 * USAD's truncation: see `mbrl_offline.generators.rollouts` (the official code tests every step of a
-  path but its last, drops short paths before the truncation, and marks paths ended by the
-  termination function as not terminated when USAD did not cut them).
+  path but its last, and drops short paths before the truncation).
+* Which paths are terminal in GAE. Here a path that the termination function or USAD ended is terminal
+  (the paper's pessimistic MDP: HALT is absorbing; a fall ends the episode). mjrl's ``train_step`` sets
+  ``path["terminated"]`` after cutting the path to its length T, so the test ``T ==
+  path['observations'].shape[0]`` always holds and every path bootstraps from its last state's own
+  baseline value, a fall and a halt included (read as an oversight: the line compares the cut path with
+  itself). ``algo.bootstrap_every_path=true`` takes the official code's choice. On hopper-medium it
+  accounts for about half of the difference in the planner's path lengths over three seeds, and all of it
+  in one (``benchmarks/vs_mjrl.py --learn --ours-variant mjrl-bootstrap``, docs/parity.md).
 * Evaluation: the trainer's deterministic episodes (``trainer.eval_episodes``; the official: 4 per
   iteration with the mean action), actions clipped to the env's bounds (MuJoCo clips them anyway).
 
@@ -121,6 +128,11 @@ class MOReLConfig:
     baseline_lr: float = 1e-3  # Adam's rate for the baseline
     baseline_l2: float = 1e-3  # Adam's weight decay on the baseline (reg_coef)
     baseline_epochs: int = 1  # epochs of the baseline's regression per update
+    # GAE after a path's last step: False (the paper's pessimistic MDP) takes a path that the termination
+    # function or USAD ended as terminal (nothing bootstrapped); True ends every path on its last state's
+    # own baseline value, as mjrl's train_step leaves them (its "terminated" is always False after USAD's
+    # truncation): the official code's paths, for parity (docs/parity.md, "MOReL: whole runs").
+    bootstrap_every_path: bool = False
 
     def __post_init__(self):
         check_field_types(self, "algo")  # types first; nested mappings become configs
@@ -442,7 +454,8 @@ class MOReL(FeedForwardAgent):
         values = self.baseline(features).squeeze(-1).double() * mask
         rewards = paths["rewards"].double() * mask
         returns = discounted_sum(rewards, cfg.gamma)
-        advantages = gae_advantages(rewards, values, mask, paths["terminated"], cfg.gamma, cfg.gae_lambda)
+        terminated = paths["terminated"] & (not cfg.bootstrap_every_path)
+        advantages = gae_advantages(rewards, values, mask, terminated, cfg.gamma, cfg.gae_lambda)
         return advantages, returns, features
 
     def npg_step(self, obs: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor) -> dict[str, torch.Tensor]:

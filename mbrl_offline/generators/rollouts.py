@@ -43,9 +43,10 @@ member), ``deterministic_model`` (the members' means), ``clamp`` (actions and ne
 step, so that an on-policy learner can read whole paths: `mbrl_offline.algorithms.morel`). Two
 differences from the official truncation: the official code tests the steps of a path except its last
 (its disagreement is computed on ``observations[:-1]``), and drops paths shorter than 5 steps before
-the truncation, here after it; and a path that the termination function ended is terminal here
-whether or not USAD cut it (the official code marks every path it did not cut as not terminated,
-so that a path the termination function ended bootstraps: read as an oversight).
+the truncation, here after it; and a path that the termination function or USAD ended is terminal here
+(the official code marks every path as not terminated, cut or not, so that every path bootstraps: read
+as an oversight; MOReL's agent reproduces it with ``algo.bootstrap_every_path=true``,
+`mbrl_offline.algorithms.morel`).
 
 Two more turn them into RAMBO's (Rigter, Lacerda & Hawes, NeurIPS 2022; OfflineRL-Kit's
 ``offlinerlkit/policy/model_based/rambo.py``), again with any agent of transitions:
