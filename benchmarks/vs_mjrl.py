@@ -139,12 +139,10 @@ def official_planner(checkout: Path, models: list, policy, baseline, config, see
     record: dict[str, list[list]] = {"lengths": [], "halted": []}
     train_from_paths = planner.train_from_paths
 
-    def inside_limits(obs: np.ndarray) -> bool:  # the termination function's test, on mjrl's coordinates
-        return bool((np.abs(obs) < 10).all() and obs[0] > 0.7 and abs(obs[1]) < 0.15)
-
     def recording(paths):
         record["lengths"].append([len(p["rewards"]) for p in paths])
-        record["halted"].append([len(p["rewards"]) < 700 and inside_limits(p["observations"][-1]) for p in paths])
+        inside = inside_mjrl_limits(torch.as_tensor(np.stack([p["observations"][-1] for p in paths]))).tolist()
+        record["halted"].append([n < 700 and ok for n, ok in zip(record["lengths"][-1], inside)])
         return train_from_paths(paths)
 
     planner.train_from_paths = recording
@@ -424,14 +422,17 @@ def official_learning_run(checkout: Path, seed: int, iterations: int, eval_every
 OBS_MASK = [1.0] * 5 + [0.02] * 6  # mjrl's hopper ``obs_mask``: positions x 1, velocities x 0.02
 
 
+def inside_mjrl_limits(masked: torch.Tensor) -> torch.Tensor:
+    """The test of mjrl's hopper ``termination_function``
+    (``projects/model_based_npg/utils/reward_functions/gym_hopper.py``) on observations in mjrl's coordinates
+    (scaled by ``obs_mask``): every coordinate below 10 in magnitude, the height above 0.7 and |angle| below 0.15."""
+    return (masked.abs() < 10).all(-1) & (masked[..., 0] > 0.7) & (masked[..., 1].abs() < 0.15)
+
+
 def mjrl_hopper_termination(next_obs: torch.Tensor) -> torch.Tensor:
-    """mjrl's ``termination_function`` for hopper (``projects/model_based_npg/utils/reward_functions/gym_hopper.py``)
-    on raw observations: a path ends unless every coordinate of the observation scaled by ``obs_mask`` (positions
-    x 1, velocities x 0.02) is below 10 in magnitude, the height above 0.7 and |angle| below 0.15 (ours, Hopper-v5's:
-    0.2, and |s[1:]| < 100 unscaled)."""
-    scale = torch.tensor(OBS_MASK, dtype=next_obs.dtype, device=next_obs.device)
-    healthy = (((next_obs * scale).abs() < 10).all(-1) & (next_obs[..., 0] > 0.7) & (next_obs[..., 1].abs() < 0.15))
-    return ~healthy
+    """mjrl's hopper termination on raw observations (`inside_mjrl_limits` after scaling by ``obs_mask``; ours,
+    Hopper-v5's: |angle| < 0.2, and |s[1:]| < 100 unscaled)."""
+    return ~inside_mjrl_limits(next_obs * torch.tensor(OBS_MASK, dtype=next_obs.dtype, device=next_obs.device))
 
 
 def mjrl_disagreement(mean: torch.Tensor) -> torch.Tensor:
@@ -550,11 +551,11 @@ def learning_table(runs: list[dict]) -> list[str]:
     def name(side: str) -> str:
         return {"official": "official MOReL (mjrl)", "ours": "ours"}.get(side, side)
 
-    def key(run: dict) -> str:  # a column per side, and one per variant of ours
+    def column(run: dict) -> str:  # a column per side, and one per variant of ours
         return run["side"] if "variant" not in run else f"ours, {run['variant']}"
 
-    sides = sorted({key(r) for r in runs}, key=lambda side: (side != "official", side))
-    by_side = {side: [r for r in runs if key(r) == side] for side in sides}
+    sides = sorted({column(r) for r in runs}, key=lambda side: (side != "official", side))
+    by_side = {side: [r for r in runs if column(r) == side] for side in sides}
     lines = ["| measure | " + " | ".join(f"{name(side)} (seeds {', '.join(str(r['seed']) for r in by_side[side])})"
                                         for side in sides) + " |", "|---" * (len(sides) + 1) + "|"]
     for label, key in (("USAD threshold", "threshold"), ("dynamics fit and set-up, s", "fit_seconds"),
