@@ -435,6 +435,27 @@ def mjrl_hopper_termination(next_obs: torch.Tensor) -> torch.Tensor:
     return ~inside_mjrl_limits(next_obs * torch.tensor(OBS_MASK, dtype=next_obs.dtype, device=next_obs.device))
 
 
+def mjrl_hopper_reward(obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
+    """mjrl's hand-written hopper ``reward_function`` (``gym_hopper.py``, the official MOReL's reward:
+    ``learn_reward`` False in ``projects/morel/configs/d4rl_hopper_medium.txt``) on raw observations: of the
+    state the action is taken in (not the next one), in mjrl's coordinates clipped to [-10, 10], the x velocity
+    plus 1 while the height is above 0.7 and |angle| at most 0.2, less 1e-3 |a|^2 of the action clipped to
+    [-1, 1]. Ours is the ensemble's learned reward."""
+    masked = (obs * torch.tensor(OBS_MASK, dtype=obs.dtype, device=obs.device)).clamp(-10.0, 10.0)
+    alive = ((masked[..., 0] > 0.7) & (masked[..., 1].abs() <= 0.2)).to(obs.dtype)
+    return masked[..., 5] / 0.02 + alive - 1e-3 * actions.clamp(-1.0, 1.0).square().sum(-1)
+
+
+def with_mjrl_reward(step):
+    """The dynamics ensemble's ``step`` with its rewards replaced by `mjrl_hopper_reward` (every other output,
+    the next states and the disagreement among them, the ensemble's)."""
+    def replaced(obs, actions, *args, **kwargs):
+        model = step(obs, actions, *args, **kwargs)
+        model["rewards"] = mjrl_hopper_reward(obs, actions).to(model["rewards"].dtype)
+        return model
+    return replaced
+
+
 def mjrl_disagreement(mean: torch.Tensor) -> torch.Tensor:
     """USAD's disagreement as the official code measures it: `max_pairwise_distance` of the members' next
     states in mjrl's coordinates (velocities scaled by ``obs_mask``'s 0.02), ``(members, B, obs_dim + 1)`` ->
@@ -446,12 +467,30 @@ def mjrl_disagreement(mean: torch.Tensor) -> torch.Tensor:
 
 
 # --ours-variant: changes on our side toward the official code, to measure each difference from it alone
-OURS_VARIANTS = ("mjrl-termination", "mjrl-detector", "mjrl-bootstrap")
+OURS_VARIANTS = ("mjrl-termination", "mjrl-detector", "mjrl-bootstrap", "mjrl-reward", "mjrl-observations")
+
+
+def in_mjrl_coordinates(function):
+    """``function(first, observations, *rest)`` taking its observations in mjrl's coordinates (scaled by
+    ``obs_mask``), as the official policy and baseline see them (``prep_d4rl_dataset.py`` scales the data)."""
+    def scaled(first, observations, *rest, **kwargs):
+        mask = torch.tensor(OBS_MASK, dtype=observations.dtype, device=observations.device)
+        return function(first, observations * mask, *rest, **kwargs)
+    return scaled
+
+
+def mjrl_baseline_features(features):
+    """The baseline's ``features(observations, mask)`` of observations in mjrl's coordinates."""
+    def scaled(observations, mask):
+        return features(observations * torch.tensor(OBS_MASK, dtype=observations.dtype, device=observations.device),
+                        mask)
+    return scaled
 
 
 def variant_patches(variants) -> list[tuple[object, str, object]]:
     """(module, attribute, replacement) for each change of ``variants`` (`OURS_VARIANTS`) made by replacing a
     function of the library (the others are settings or set on the run: `our_learning_run`)."""
+    from mbrl_offline.algorithms import morel
     from mbrl_offline.generators import rollouts
     from mbrl_offline.models import dynamics
 
@@ -459,6 +498,12 @@ def variant_patches(variants) -> list[tuple[object, str, object]]:
     if "mjrl-detector" in variants:  # the rollouts' disagreement and the threshold's, both in mjrl's coordinates
         patches += [(dynamics, "max_pairwise_distance", mjrl_disagreement),
                     (rollouts, "max_pairwise_distance", mjrl_disagreement)]
+    if "mjrl-observations" in variants:  # the policy (its mean, its layers' inputs for the Fisher products, and
+        # so behaviour cloning and evaluation too) and the baseline's features take observations in mjrl's
+        # coordinates; the model and its rollouts stay in the env's
+        patches += [(morel.GaussianMLP, "forward", in_mjrl_coordinates(morel.GaussianMLP.forward)),
+                    (morel.GaussianMLP, "layer_inputs", in_mjrl_coordinates(morel.GaussianMLP.layer_inputs)),
+                    (morel, "baseline_features", mjrl_baseline_features(morel.baseline_features))]
     return patches
 
 
@@ -471,7 +516,10 @@ def our_learning_run(seed: int, iterations: int, eval_every: int, eval_episodes:
     ``variants`` (`OURS_VARIANTS`) takes one thing from the official code: ``mjrl-termination``, model rollouts
     end by mjrl's hopper termination (`mjrl_hopper_termination`; evaluation stays in the env);
     ``mjrl-detector``, USAD's disagreement and threshold in mjrl's coordinates (`mjrl_disagreement`);
-    ``mjrl-bootstrap``, every path bootstraps in the update's GAE (``algo.bootstrap_every_path=true``)."""
+    ``mjrl-bootstrap``, every path bootstraps in the update's GAE (``algo.bootstrap_every_path=true``);
+    ``mjrl-reward``, model rollouts take mjrl's hand-written hopper reward (`mjrl_hopper_reward`) in place of
+    the ensemble's learned one; ``mjrl-observations``, the policy and the baseline's features see observations
+    in mjrl's coordinates (`in_mjrl_coordinates`, `mjrl_baseline_features`)."""
     import tempfile
     import time
 
@@ -495,6 +543,9 @@ def our_learning_run(seed: int, iterations: int, eval_every: int, eval_episodes:
         run = build_run("morel", load_dataset("hopper-medium"), algo, generator, trainer, "cpu", cache_dir=folder)
         if "mjrl-termination" in variants:
             run.generator.rollouts.termination_fn = mjrl_hopper_termination
+        if "mjrl-reward" in variants:
+            dynamics = run.generator.rollouts.dynamics
+            dynamics.step = with_mjrl_reward(dynamics.step)
         fit_seconds = time.perf_counter() - start
         start = time.perf_counter()
         run.train()
@@ -707,7 +758,9 @@ def main(argv=None) -> int:
                         help="with --learn: changes on our side toward the official code (mjrl-termination: model "
                              "rollouts end by mjrl's hopper termination, |angle| < 0.15; mjrl-detector: USAD's "
                              "disagreement with the velocities scaled by 0.02; mjrl-bootstrap: no path terminal in "
-                             "GAE, as mjrl's train_step leaves them)")
+                             "GAE, as mjrl's train_step leaves them; mjrl-reward: mjrl's hand-written hopper reward "
+                             "in model rollouts; mjrl-observations: the policy and the baseline see velocities "
+                             "scaled by 0.02)")
     parser.add_argument("--results", type=Path, default=Path("docs/parity-runs/morel"),
                         help="with --learn: the folder of the runs' JSON files (kept; a run there is not repeated)")
     parser.add_argument("--dynamics", action="store_true",

@@ -344,19 +344,22 @@ def test_the_whole_runs_variants_take_mjrls_own_rules(monkeypatch):
     """vs_mjrl.py --learn --ours-variant: its termination ends a path exactly where mjrl's hopper
     ``termination_function`` does (on observations near each of its limits); its disagreement is mjrl's
     largest pairwise distance of next states in mjrl's coordinates; the bootstrap variant sets
-    ``algo.bootstrap_every_path``; and the library's functions are back in place after the patches."""
+    ``algo.bootstrap_every_path``; its reward is mjrl's hopper ``reward_function`` on the state the action is
+    taken in, in place of the ensemble's; its observations variant gives the policy and the baseline's features
+    observations in mjrl's coordinates; and the library's functions are back in place after the patches."""
     import os
     import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "benchmarks"))
-    from vs_mjrl import import_model_based_npg, mjrl_disagreement, mjrl_hopper_termination, our_learning_run
+    from vs_mjrl import (import_model_based_npg, mjrl_disagreement, mjrl_hopper_termination, our_learning_run,
+                         with_mjrl_reward)
 
     from mbrl_offline import compose
     from mbrl_offline.models import dynamics
     from mbrl_offline.models.uncertainty import max_pairwise_distance
 
-    _, _, termination_function, _, obs_mask = import_model_based_npg(Path(os.environ["MBRL_OFFLINE_MJRL"]))
+    _, reward_function, termination_function, _, obs_mask = import_model_based_npg(Path(os.environ["MBRL_OFFLINE_MJRL"]))
     rng = np.random.default_rng(0)
     obs = rng.normal(size=(4000, 11)) * np.array([0.3, 0.12, 1, 1, 1, 200, 200, 200, 200, 200, 200])
     obs[:, 0] += 1.0  # heights around 0.7-1.3
@@ -366,20 +369,43 @@ def test_the_whole_runs_variants_take_mjrls_own_rules(monkeypatch):
     ours = mjrl_hopper_termination(torch.as_tensor(obs)).numpy()
     assert 0.2 < theirs.mean() < 0.8 and (ours == theirs).all()
 
+    actions = rng.normal(size=(4000, 3)) * 1.5  # some outside [-1, 1], which mjrl clips
+    theirs = reward_function({"observations": (obs * obs_mask)[None], "actions": actions[None]})["rewards"]
+    ensemble_next = torch.as_tensor(rng.normal(size=(4000, 11)))
+
+    def ensemble_step(o, a, generator=None):
+        return {"next_observations": ensemble_next, "rewards": torch.full((len(o),), 7.0, dtype=torch.float64)}
+    model = with_mjrl_reward(ensemble_step)(torch.as_tensor(obs), torch.as_tensor(actions))
+    assert np.allclose(model["rewards"].numpy(), theirs) and model["next_observations"] is ensemble_next
+    assert 0.05 < (np.abs(obs[:, 1]) <= 0.2).mean() < 0.95  # both sides of the alive bonus's angle limit
+
     means = torch.randn(4, 50, 12, dtype=torch.float64)
     masked = means[..., :-1] * torch.as_tensor(obs_mask)
     expected = torch.stack([(masked[i] - masked[j]).norm(dim=-1) for i in range(4) for j in range(i + 1, 4)]).amax(0)
     assert torch.allclose(mjrl_disagreement(means), expected)
 
+    from mbrl_offline.algorithms import morel
+
+    pi = morel.GaussianMLP(11, 3, 64, 2, -0.25)
+    paths = torch.randn(5, 20, 11) * torch.tensor([1.0] * 5 + [5.0] * 6)
+    mask = torch.ones(5, 20, dtype=torch.bool)
+    scaled = paths * torch.as_tensor(obs_mask, dtype=torch.float32)
+    originals = (morel.GaussianMLP.forward, morel.GaussianMLP.layer_inputs, morel.baseline_features)
+
     def failing_build_run(name, data, algo, *args, **kwargs):
         assert dynamics.max_pairwise_distance is mjrl_disagreement and algo.bootstrap_every_path
+        # the policy's mean, its layers' inputs and the baseline's features all see mjrl's coordinates
+        assert torch.equal(pi(paths), originals[0](pi, scaled))
+        assert torch.equal(pi.layer_inputs(paths)[1][0], scaled)
+        assert torch.equal(morel.baseline_features(paths, mask), originals[2](scaled, mask))
         raise RuntimeError("stopped while the variants are in place")
 
     monkeypatch.setattr(compose, "build_run", failing_build_run)
     with pytest.raises(RuntimeError, match="stopped while"):  # a run that fails leaves the library's functions
         our_learning_run(0, iterations=1, eval_every=1, eval_episodes=1, fit_epochs=1,
-                         variants=("mjrl-detector", "mjrl-bootstrap"))
+                         variants=("mjrl-detector", "mjrl-bootstrap", "mjrl-observations"))
     assert dynamics.max_pairwise_distance is max_pairwise_distance
+    assert (morel.GaussianMLP.forward, morel.GaussianMLP.layer_inputs, morel.baseline_features) == originals
 
 
 @pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),
