@@ -422,6 +422,11 @@ def official_learning_run(checkout: Path, seed: int, iterations: int, eval_every
 OBS_MASK = [1.0] * 5 + [0.02] * 6  # mjrl's hopper ``obs_mask``: positions x 1, velocities x 0.02
 
 
+def to_mjrl(observations: torch.Tensor) -> torch.Tensor:
+    """Raw hopper observations in mjrl's coordinates (each dimension times ``obs_mask``'s factor)."""
+    return observations * torch.tensor(OBS_MASK, dtype=observations.dtype, device=observations.device)
+
+
 def inside_mjrl_limits(masked: torch.Tensor) -> torch.Tensor:
     """The test of mjrl's hopper ``termination_function``
     (``projects/model_based_npg/utils/reward_functions/gym_hopper.py``) on observations in mjrl's coordinates
@@ -432,7 +437,7 @@ def inside_mjrl_limits(masked: torch.Tensor) -> torch.Tensor:
 def mjrl_hopper_termination(next_obs: torch.Tensor) -> torch.Tensor:
     """mjrl's hopper termination on raw observations (`inside_mjrl_limits` after scaling by ``obs_mask``; ours,
     Hopper-v5's: |angle| < 0.2, and |s[1:]| < 100 unscaled)."""
-    return ~inside_mjrl_limits(next_obs * torch.tensor(OBS_MASK, dtype=next_obs.dtype, device=next_obs.device))
+    return ~inside_mjrl_limits(to_mjrl(next_obs))
 
 
 def mjrl_hopper_reward(obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor:
@@ -441,7 +446,7 @@ def mjrl_hopper_reward(obs: torch.Tensor, actions: torch.Tensor) -> torch.Tensor
     state the action is taken in (not the next one), in mjrl's coordinates clipped to [-10, 10], the x velocity
     plus 1 while the height is above 0.7 and |angle| at most 0.2, less 1e-3 |a|^2 of the action clipped to
     [-1, 1]. Ours is the ensemble's learned reward."""
-    masked = (obs * torch.tensor(OBS_MASK, dtype=obs.dtype, device=obs.device)).clamp(-10.0, 10.0)
+    masked = to_mjrl(obs).clamp(-10.0, 10.0)
     alive = ((masked[..., 0] > 0.7) & (masked[..., 1].abs() <= 0.2)).to(obs.dtype)
     return masked[..., 5] / 0.02 + alive - 1e-3 * actions.clamp(-1.0, 1.0).square().sum(-1)
 
@@ -474,16 +479,14 @@ def in_mjrl_coordinates(function):
     """``function(first, observations, *rest)`` taking its observations in mjrl's coordinates (scaled by
     ``obs_mask``), as the official policy and baseline see them (``prep_d4rl_dataset.py`` scales the data)."""
     def scaled(first, observations, *rest, **kwargs):
-        mask = torch.tensor(OBS_MASK, dtype=observations.dtype, device=observations.device)
-        return function(first, observations * mask, *rest, **kwargs)
+        return function(first, to_mjrl(observations), *rest, **kwargs)
     return scaled
 
 
 def mjrl_baseline_features(features):
     """The baseline's ``features(observations, mask)`` of observations in mjrl's coordinates."""
     def scaled(observations, mask):
-        return features(observations * torch.tensor(OBS_MASK, dtype=observations.dtype, device=observations.device),
-                        mask)
+        return features(to_mjrl(observations), mask)
     return scaled
 
 
