@@ -475,25 +475,9 @@ def mjrl_disagreement(mean: torch.Tensor) -> torch.Tensor:
 OURS_VARIANTS = ("mjrl-termination", "mjrl-detector", "mjrl-bootstrap", "mjrl-reward", "mjrl-observations")
 
 
-def in_mjrl_coordinates(function):
-    """``function(first, observations, *rest)`` taking its observations in mjrl's coordinates (scaled by
-    ``obs_mask``), as the official policy and baseline see them (``prep_d4rl_dataset.py`` scales the data)."""
-    def scaled(first, observations, *rest, **kwargs):
-        return function(first, to_mjrl(observations), *rest, **kwargs)
-    return scaled
-
-
-def mjrl_baseline_features(features):
-    """The baseline's ``features(observations, mask)`` of observations in mjrl's coordinates."""
-    def scaled(observations, mask):
-        return features(to_mjrl(observations), mask)
-    return scaled
-
-
 def variant_patches(variants) -> list[tuple[object, str, object]]:
     """(module, attribute, replacement) for each change of ``variants`` (`OURS_VARIANTS`) made by replacing a
     function of the library (the others are settings or set on the run: `our_learning_run`)."""
-    from mbrl_offline.algorithms import morel
     from mbrl_offline.generators import rollouts
     from mbrl_offline.models import dynamics
 
@@ -501,12 +485,6 @@ def variant_patches(variants) -> list[tuple[object, str, object]]:
     if "mjrl-detector" in variants:  # the rollouts' disagreement and the threshold's, both in mjrl's coordinates
         patches += [(dynamics, "max_pairwise_distance", mjrl_disagreement),
                     (rollouts, "max_pairwise_distance", mjrl_disagreement)]
-    if "mjrl-observations" in variants:  # the policy (its mean, its layers' inputs for the Fisher products, and
-        # so behaviour cloning and evaluation too) and the baseline's features take observations in mjrl's
-        # coordinates; the model and its rollouts stay in the env's
-        patches += [(morel.GaussianMLP, "forward", in_mjrl_coordinates(morel.GaussianMLP.forward)),
-                    (morel.GaussianMLP, "layer_inputs", in_mjrl_coordinates(morel.GaussianMLP.layer_inputs)),
-                    (morel, "baseline_features", mjrl_baseline_features(morel.baseline_features))]
     return patches
 
 
@@ -522,7 +500,7 @@ def our_learning_run(seed: int, iterations: int, eval_every: int, eval_episodes:
     ``mjrl-bootstrap``, every path bootstraps in the update's GAE (``algo.bootstrap_every_path=true``);
     ``mjrl-reward``, model rollouts take mjrl's hand-written hopper reward (`mjrl_hopper_reward`) in place of
     the ensemble's learned one; ``mjrl-observations``, the policy and the baseline's features see observations
-    in mjrl's coordinates (`in_mjrl_coordinates`, `mjrl_baseline_features`)."""
+    in mjrl's coordinates (``algo.observation_scale`` set to ``obs_mask``)."""
     import tempfile
     import time
 
@@ -536,7 +514,8 @@ def our_learning_run(seed: int, iterations: int, eval_every: int, eval_episodes:
         f"trainer.epochs={iterations // eval_every}", f"trainer.updates_per_epoch={eval_every}",
         "trainer.eval_every=1", f"trainer.eval_episodes={eval_episodes}", f"trainer.run_dir={folder}/run",
         "trainer.progress=false", "trainer.tensorboard=false",
-        *(["algo.bootstrap_every_path=true"] if "mjrl-bootstrap" in variants else [])])
+        *(["algo.bootstrap_every_path=true"] if "mjrl-bootstrap" in variants else []),
+        *([f"algo.observation_scale=[{','.join(map(str, OBS_MASK))}]"] if "mjrl-observations" in variants else [])])
     patches = variant_patches(variants)
     originals = [getattr(module, name) for module, name, _ in patches]
     try:

@@ -100,6 +100,8 @@ def build_run(algo: str, dataset, algo_config=None, generator_config=None,
     check_online(trainer_config.online, agent_cls, generator_config)  # before a model is fitted
     device = check_device(device, "build_run's device")
     generator_config.check_dataset(dataset, dynamics_path)  # e.g. enough rows for a model's fit, before anything
+    if hasattr(agent_cls, "check_dataset"):  # the agent's settings against the data's sizes, before a fit too
+        agent_cls.check_dataset(algo_config, dataset)
     torch.manual_seed(trainer_config.seed)
     generator = build_generator(generator_config, dataset, device, cache_dir, dynamics_path, trainer_config.progress)
     return assemble_run(agent_cls, algo_config, dataset, generator, trainer_config, device, callbacks)

@@ -277,6 +277,9 @@ class AgentClass(Protocol):
       own conservatism off, for fine-tuning with ``penalty=off`` (`mbrl_offline.finetune`): CQL's
       ``cql_weight`` 0, MOBILE's ``penalty_coef`` 0. A generator's penalty is its config's
       (`GeneratorConfig.without_penalty`).
+    - ``check_dataset(config, dataset)`` (optional, a classmethod): refuse, in one line, settings
+      ``config`` that do not fit ``dataset`` (its sizes: MOReL's ``observation_scale`` needs one factor per
+      observation dimension); `mbrl_offline.compose.build_run` calls it before any model is fitted.
     - ``published_generator()``: the generator config it was published with (``generator=`` unset).
     - ``for_dataset(dataset, config=None, device="cpu", **parts)``: the agent for a dataset's env (sizes,
       action bounds, and whatever it takes from the data: IQL's reward scale, TD3+BC's state

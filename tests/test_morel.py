@@ -277,6 +277,62 @@ def test_the_agents_gae_ends_paths_as_its_setting_says(bootstrap_every_path):
         np.testing.assert_allclose(advantages[p, :n].numpy(), expected, rtol=1e-6, atol=1e-9)
 
 
+def test_the_policy_and_the_baseline_see_observations_scaled_as_the_setting_says(tmp_path):
+    """``observation_scale``: the policy's mean, its layers' inputs (the Fisher products' ``J``) and the
+    baseline's features are those of the unscaled agent's same weights on the scaled observations; the
+    factors come from the config, so a checkpoint holds the same tensors with and without them, and
+    restores the agent exactly."""
+    torch.manual_seed(0)
+    scale = [1.0, 1.0, 0.02]
+    plain, scaled = MOReL(3, 2, -np.ones(2), np.ones(2)), MOReL(3, 2, -np.ones(2), np.ones(2),
+                                                                 MOReLConfig(observation_scale=scale))
+    scaled.load_state_dict(plain.state_dict())
+    obs = torch.randn(7, 3) * torch.tensor([1.0, 1.0, 50.0])
+    factors = torch.tensor(scale)
+    assert torch.equal(scaled.pi(obs), plain.pi(obs * factors))
+    assert torch.equal(scaled.pi.layer_inputs(obs)[1][0], obs * factors)
+    batch = {"path": torch.tensor([0] * 4 + [1] * 3), "step": torch.tensor([*range(4), *range(3)]),
+             "rewards": torch.randn(7), "terminals": torch.zeros(7, dtype=torch.bool), "observations": obs,
+             "actions": torch.zeros(7, 2)}
+    paths = path_grid(batch)
+    _, _, features = scaled.advantages(paths)
+    _, _, expected = plain.advantages({**paths, "observations": paths["observations"] * factors})
+    assert torch.equal(features, expected)
+    assert scaled.state_dict()["pi"].keys() == plain.state_dict()["pi"].keys()
+    restored = MOReL(3, 2, -np.ones(2), np.ones(2), MOReLConfig(observation_scale=scale))
+    restored.load_state_dict(scaled.state_dict())
+    assert torch.equal(restored.pi(obs), scaled.pi(obs))
+
+
+@pytest.mark.parametrize("scale, message", [
+    ([1.0, 0.0, 1.0], "algo.observation_scale must be null or a list of numbers > 0"),
+    ([1.0, float("inf"), 1.0], "algo.observation_scale must be null or a list of numbers > 0"),
+    ([], "algo.observation_scale must be null or a list of numbers > 0"),
+    ([1.0, 0.02], "algo.observation_scale has 2 factors, but the observations have 3 dimensions"),
+])
+def test_a_bad_observation_scale_is_refused_in_one_line(scale, message):
+    with pytest.raises(ConfigError) as error:
+        MOReL(3, 2, -np.ones(2), np.ones(2), MOReLConfig(observation_scale=scale))
+    assert "\n" not in str(error.value) and str(error.value).startswith(message)
+
+
+def test_build_run_refuses_an_observation_scale_of_another_length_before_any_model_is_fitted(monkeypatch, tmp_path):
+    """The agent's own dataset check (`MOReL.check_dataset`, the contract's optional ``check_dataset``) runs
+    in `build_run` before the generator's model is fitted, and so before anything is written."""
+    from mbrl_offline import compose
+    from mbrl_offline.data import load_dataset
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a model was fitted before the settings were checked")
+
+    monkeypatch.setattr(compose, "build_generator", no_fit)
+    algo, generator, trainer = compose.run_configs("morel", "quick", overrides=[
+        "algo.observation_scale=[1,1,0.02]", f"trainer.run_dir={tmp_path / 'run'}"])
+    with pytest.raises(ConfigError, match="algo.observation_scale has 3 factors, but the observations have 11"):
+        compose.build_run("morel", load_dataset("hopper-medium"), algo, generator, trainer, cache_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_morel_refuses_a_generator_that_is_not_on_policy_in_one_line():
     from mbrl_offline.pairing import check_pair
     from mbrl_offline.algorithms.morel import morel_generator
@@ -345,8 +401,8 @@ def test_the_whole_runs_variants_take_mjrls_own_rules(monkeypatch):
     ``termination_function`` does (on observations near each of its limits); its disagreement is mjrl's
     largest pairwise distance of next states in mjrl's coordinates; the bootstrap variant sets
     ``algo.bootstrap_every_path``; its reward is mjrl's hopper ``reward_function`` on the state the action is
-    taken in, in place of the ensemble's; its observations variant gives the policy and the baseline's features
-    observations in mjrl's coordinates; and the library's functions are back in place after the patches."""
+    taken in, in place of the ensemble's; its observations variant sets ``algo.observation_scale`` to mjrl's
+    ``obs_mask``; and the library's functions are back in place after the patches."""
     import os
     import sys
     from pathlib import Path
@@ -384,20 +440,9 @@ def test_the_whole_runs_variants_take_mjrls_own_rules(monkeypatch):
     expected = torch.stack([(masked[i] - masked[j]).norm(dim=-1) for i in range(4) for j in range(i + 1, 4)]).amax(0)
     assert torch.allclose(mjrl_disagreement(means), expected)
 
-    from mbrl_offline.algorithms import morel
-
-    pi = morel.GaussianMLP(11, 3, 64, 2, -0.25)
-    paths = torch.randn(5, 20, 11) * torch.tensor([1.0] * 5 + [5.0] * 6)
-    mask = torch.ones(5, 20, dtype=torch.bool)
-    scaled = paths * torch.as_tensor(obs_mask, dtype=torch.float32)
-    originals = (morel.GaussianMLP.forward, morel.GaussianMLP.layer_inputs, morel.baseline_features)
-
     def failing_build_run(name, data, algo, *args, **kwargs):
         assert dynamics.max_pairwise_distance is mjrl_disagreement and algo.bootstrap_every_path
-        # the policy's mean, its layers' inputs and the baseline's features all see mjrl's coordinates
-        assert torch.equal(pi(paths), originals[0](pi, scaled))
-        assert torch.equal(pi.layer_inputs(paths)[1][0], scaled)
-        assert torch.equal(morel.baseline_features(paths, mask), originals[2](scaled, mask))
+        assert np.allclose(algo.observation_scale, obs_mask)  # the policy and the baseline in mjrl's coordinates
         raise RuntimeError("stopped while the variants are in place")
 
     monkeypatch.setattr(compose, "build_run", failing_build_run)
@@ -405,7 +450,6 @@ def test_the_whole_runs_variants_take_mjrls_own_rules(monkeypatch):
         our_learning_run(0, iterations=1, eval_every=1, eval_episodes=1, fit_epochs=1,
                          variants=("mjrl-detector", "mjrl-bootstrap", "mjrl-observations"))
     assert dynamics.max_pairwise_distance is max_pairwise_distance
-    assert (morel.GaussianMLP.forward, morel.GaussianMLP.layer_inputs, morel.baseline_features) == originals
 
 
 @pytest.mark.skipif(not __import__("os").environ.get("MBRL_OFFLINE_MJRL"),

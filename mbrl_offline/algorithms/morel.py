@@ -48,8 +48,9 @@ Differences from the official code, and why:
   so the disagreement weighs the velocity dimensions more than the official one does, and the policy and
   the baseline see velocities 50 times larger than the official ones. On hopper-medium this and the
   bootstrapping below (`MOReLConfig.bootstrap_every_path`) together make our model rollouts' paths 2-3
-  times as long as the official ones; with both taken from the official code, the path lengths agree
-  (``benchmarks/vs_mjrl.py --learn --ours-variant``, docs/parity.md). The model's
+  times as long as the official ones; with both taken from the official code (`MOReLConfig.observation_scale`
+  set to ``obs_mask``), the path lengths agree (``benchmarks/vs_mjrl.py --learn --ours-variant``,
+  docs/parity.md). The model's
   inputs and targets are scaled as the official ones (mean and mean absolute deviation of the inputs
   and of the state change, ``statistics="mean_absolute_deviation"``), from the training rows; 1000
   rows are held out and each member keeps its best holdout snapshot (the official: no holdout, the
@@ -137,6 +138,13 @@ class MOReLConfig:
     # own baseline value, as mjrl's train_step leaves them (its "terminated" is always False after USAD's
     # truncation): the official code's paths, for parity (docs/parity.md, "MOReL: whole runs").
     bootstrap_every_path: bool = False
+    # Factors, one per observation dimension, by which the policy and the baseline's features see the
+    # observations (null: the env's units). The official hopper data scales the velocities by 0.02
+    # (prep_d4rl_dataset.py with gym_hopper.py's obs_mask: 1 for the 5 positions, 0.02 for the 6 velocities),
+    # so its policy and baseline see them so; the hopper-medium preset sets that. The model, its rollouts and
+    # USAD stay in the env's units. With it and bootstrap_every_path, the paths agree with the official ones
+    # (docs/parity.md, "MOReL: whole runs").
+    observation_scale: Optional[tuple] = None
 
     def __post_init__(self):
         check_field_types(self, "algo")  # types first; nested mappings become configs
@@ -147,6 +155,11 @@ class MOReLConfig:
         require_in_range(self, "gamma", 0.0, 1.0, low_open=True, hint=" (the discount; MOReL: 0.999)")
         require_in_range(self, "gae_lambda", 0.0, 1.0, hint=" (GAE's lambda; MOReL: 0.97)")
         require_in_range(self, "init_log_std")
+        if self.observation_scale is not None and not (len(self.observation_scale) > 0 and all(
+                isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f < math.inf
+                for f in self.observation_scale)):
+            raise ConfigError(f"algo.observation_scale must be null or a list of numbers > 0 (one per observation "
+                              f"dimension), got {list(self.observation_scale)!r}.")
         if not self.min_log_std <= self.init_log_std <= self.max_log_std:
             raise ConfigError(f"algo.init_log_std = {self.init_log_std} must lie in [algo.min_log_std, "
                               f"algo.max_log_std] = [{self.min_log_std}, {self.max_log_std}].")
@@ -165,15 +178,26 @@ def morel_generator(halt_min_steps: int = 4) -> RolloutGeneratorConfig:
                                   mixing=MixingConfig(rule="latest"))
 
 
+def check_observation_scale(config: MOReLConfig, obs_dim: int) -> None:
+    if config.observation_scale is not None and len(config.observation_scale) != obs_dim:
+        raise ConfigError(f"algo.observation_scale has {len(config.observation_scale)} factors, but the "
+                          f"observations have {obs_dim} dimensions; give one per dimension, or null.")
+
+
 # ------------------------------------------------------------------------------------------ policy
 class GaussianMLP(nn.Module):
     """mjrl's ``MLP`` policy: a tanh MLP mean (its last layer's torch init scaled by 1e-2) and a
     state-independent log-std. `flat` orders the parameters as mjrl's ``get_param_values``: the log-std
     first, then each layer's weight and bias."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden_size: int, hidden_layers: int, init_log_std: float):
+    def __init__(self, obs_dim: int, act_dim: int, hidden_size: int, hidden_layers: int, init_log_std: float,
+                 input_scale: Optional[torch.Tensor] = None):
         super().__init__()
         self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+        # the factors the observations are multiplied by before the first layer (`MOReLConfig.observation_scale`;
+        # ones: the env's units); from the config, so not in the state dict
+        self.register_buffer("input_scale", torch.ones(obs_dim) if input_scale is None else input_scale.float(),
+                             persistent=False)
         sizes = [obs_dim] + [hidden_size] * hidden_layers + [act_dim]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:]))
         with torch.no_grad():
@@ -182,7 +206,7 @@ class GaussianMLP(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         """The mean action."""
-        x = obs
+        x = obs * self.input_scale
         for layer in self.layers[:-1]:
             x = torch.tanh(layer(x))
         return self.layers[-1](x)
@@ -197,8 +221,9 @@ class GaussianMLP(nn.Module):
         return torch.cat([p.detach().reshape(-1) for p in self.parameters()])
 
     def layer_inputs(self, obs: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        """`forward`'s mean action (with its graph) and each layer's input (``obs``, then the tanh units)."""
-        inputs = [obs]
+        """`forward`'s mean action (with its graph) and each layer's input (``obs`` scaled by ``input_scale``,
+        then the tanh units)."""
+        inputs = [obs * self.input_scale]
         for layer in self.layers[:-1]:
             inputs.append(torch.tanh(layer(inputs[-1])))
         return self.layers[-1](inputs[-1]), inputs
@@ -363,8 +388,10 @@ class MOReL(FeedForwardAgent):
         self.config, self.device = config, torch.device(device)
         self.obs_dim, self.act_dim = obs_dim, act_dim
         self.action_low, self.action_high, _, _ = action_box(action_low, action_high, self.device)
+        check_observation_scale(config, obs_dim)
+        scale = None if config.observation_scale is None else torch.tensor([float(f) for f in config.observation_scale])
         self.pi = GaussianMLP(obs_dim, act_dim, config.hidden_size, config.hidden_layers,
-                              config.init_log_std).to(self.device)
+                              config.init_log_std, scale).to(self.device)
         with torch.no_grad():
             self.pi.log_std.clamp_(config.min_log_std, config.max_log_std)
         sizes = [obs_dim + 4] + [config.baseline_hidden_size] * config.baseline_hidden_layers + [1]
@@ -380,6 +407,11 @@ class MOReL(FeedForwardAgent):
     def published_generator(cls) -> RolloutGeneratorConfig:
         """The official pessimistic MDP, one generation per NPG update (`morel_generator`)."""
         return morel_generator()
+
+    @classmethod
+    def check_dataset(cls, config: MOReLConfig, dataset) -> None:
+        """``observation_scale`` needs one factor per dimension of ``dataset``'s observations."""
+        check_observation_scale(config, np.asarray(dataset.observations).shape[1])
 
     @classmethod
     def for_dataset(cls, dataset, config: Optional[MOReLConfig] = None, device: str | torch.device = "cpu",
@@ -454,7 +486,7 @@ class MOReL(FeedForwardAgent):
         """``(GAE advantages, returns, baseline features)`` as ``(P, T)`` grids: returns and advantages in
         float64 (mjrl's numpy), with the baseline before this update's fit."""
         cfg, mask = self.config, paths["mask"]
-        features = baseline_features(paths["observations"], mask)
+        features = baseline_features(paths["observations"] * self.pi.input_scale, mask)
         values = self.baseline(features).squeeze(-1).double() * mask
         rewards = paths["rewards"].double() * mask
         returns = discounted_sum(rewards, cfg.gamma)
