@@ -44,13 +44,14 @@ Differences from the official code, and why:
   (``projects/model_based_npg/utils/reward_functions/gym_hopper.py``), so halfcheetah and walker2d cannot
   be run as published; mjrl issue #42 reports that its learned reward did much worse. Termination is
   the library's Gymnasium-v5 function (hopper: |angle| < 0.2; the official reward file uses 0.15).
-* Observations are not rescaled (the official hopper data multiplies velocities by 0.02, ``obs_mask``),
+* Observations are not rescaled by default (the official hopper data multiplies velocities by 0.02, ``obs_mask``),
   so the disagreement weighs the velocity dimensions more than the official one does, and the policy and
   the baseline see velocities 50 times larger than the official ones. On hopper-medium this and the
   bootstrapping below (`MOReLConfig.bootstrap_every_path`) together make our model rollouts' paths 2-3
   times as long as the official ones; with both taken from the official code (`MOReLConfig.observation_scale`
-  set to ``obs_mask``), the path lengths agree (``benchmarks/vs_mjrl.py --learn --ours-variant``,
-  docs/parity.md). The model's
+  set to ``obs_mask``, as ``preset=morel-hopper-medium`` sets it), the path lengths agree, and with USAD's
+  disagreement also in the official coordinates the scores agree too (``benchmarks/vs_mjrl.py --learn
+  --ours-variant``, docs/parity.md); ``observation_scale`` leaves USAD and the model in the env's units. The model's
   inputs and targets are scaled as the official ones (mean and mean absolute deviation of the inputs
   and of the state change, ``statistics="mean_absolute_deviation"``), from the training rows; 1000
   rows are held out and each member keeps its best holdout snapshot (the official: no holdout, the
