@@ -36,6 +36,11 @@ then 5 readings of ``--updates`` updates, the median reported. Only the update i
   our `StandardisedDynamics`). The models' output layers predict no change with a small std, so that no
   rollout of either side ends early (as `vs_official.py` does), and each side counts its own transitions.
 
+Our side's process keeps freed memory for reuse (`mbrl_offline.platform.keep_freed_memory`), as our
+training runs on a CPU do and as the other side-by-side scripts measure ours; Kit's side runs under the
+system's malloc settings, as its own scripts do. (Until 2026-11-30 this script left ours under the
+system's settings too; docs/performance.md says which figures were taken so.)
+
 With ``MBRL_OFFLINE_MKL_AVX512=1`` both sides' processes let MKL run its AVX-512 code on an AMD CPU,
 so the comparison stays like for like (both sides are PyTorch).
 """
@@ -278,6 +283,9 @@ def rates(side: str, name: str, checkout: Path, updates: int) -> list[float]:
 
 def child(args) -> None:
     torch.set_num_threads(args.threads)
+    if args.side == "ours":
+        from mbrl_offline.platform import keep_freed_memory
+        keep_freed_memory()  # as training on a CPU does; Kit's side runs as its own scripts run it
     peak = throughput.matmul_peak(torch.device("cpu"))
     measured = rates(args.side, args.agent, args.offlinerlkit, args.updates)
     peak += throughput.matmul_peak(torch.device("cpu"))

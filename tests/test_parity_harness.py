@@ -164,3 +164,22 @@ def test_command_line_values_read_as_the_settings_parser_reads_them():
     assert parity.yaml_value("1e-4") == 1e-4 and parity.yaml_value("10.0") == 10.0
     assert parity.yaml_value("member") == "member" and parity.yaml_value("null") is None
     assert parity.yaml_value("false") is False and parity.yaml_value("5") == 5
+
+
+@pytest.mark.parametrize("side, kept", [("ours", True), ("offlinerlkit", False)])
+def test_the_speed_harness_keeps_freed_memory_for_our_side_only(side, kept, monkeypatch, capsys):
+    """Our side is measured as our CPU training runs it (freed memory kept for reuse, as the other
+    side-by-side scripts do); Kit's side as its own scripts run it."""
+    import argparse
+
+    import mbrl_offline.platform
+    import vs_offlinerlkit_speed as speed
+
+    calls = []
+    monkeypatch.setattr(mbrl_offline.platform, "keep_freed_memory", lambda: calls.append(True) or True)
+    monkeypatch.setattr(speed, "rates", lambda *args: [2.0, 3.0, 4.0])
+    monkeypatch.setattr(speed.throughput, "matmul_peak", lambda device: [100.0])
+    monkeypatch.setattr(speed.torch, "set_num_threads", lambda n: None)
+    speed.child(argparse.Namespace(threads=1, side=side, agent="cql", offlinerlkit=Path("."), updates=1))
+    assert calls == ([True] if kept else [])
+    assert json.loads(capsys.readouterr().out.split("RESULT ", 1)[1])["rate"] == 3.0
