@@ -464,8 +464,9 @@ def launch_runs(tool: str, job: Callable, configs: list, labels: list[str], hydr
     """Runs composed ``configs`` (`compose_runs`) through Hydra's launcher (`launch`), each the tool's
     single-run ``job``. Two runs that would write the same folder (``output(cfg)``) are refused first
     (``folder_hint`` says what to set); with ``show`` (``--cfg job``) each config is printed and nothing
-    runs. Prints a summary naming each run's result and returns the failed runs' results (``{"run": index,
-    "error": line}``). The grids of ``-m`` (`run_grid`) and `mbrl_offline.tools.reproduce` come through here."""
+    runs. Before the runs, a grid that shares a GPU by time-slicing gets one hint line about CUDA's MPS
+    (`platform.mps_advice`). Prints a summary naming each run's result and returns the failed runs'
+    results (``{"run": index, "error": line}``). The grids of ``-m`` (`run_grid`) and `mbrl_offline.tools.reproduce` come through here."""
     if output is not None:
         seen: dict[str, int] = {}
         for index, cfg in enumerate(configs):
@@ -485,6 +486,10 @@ def launch_runs(tool: str, job: Callable, configs: list, labels: list[str], hydr
         sys.exit(0)
     if not configs:
         return []
+    advice = platform.mps_advice([cfg.get("device", "cpu") for cfg in configs], side_by_side(hydra_overrides, len(configs)),
+                                 _hydra_value(hydra_overrides, "hydra/launcher"))
+    if advice:
+        print(advice, flush=True)
     results = launch(tool, MultirunJob(job, configs, labels), len(configs), hydra_overrides)
     failed = [r for r in results if r["error"] is not None]
     print(f"{len(results) - len(failed)} of {len(results)} runs finished"

@@ -29,6 +29,11 @@ when torch was imported first.
 
 **glibc's malloc keeping freed memory** (`keep_freed_memory`), for CPU training: see its docstring.
 
+**CUDA's Multi-Process Service** (`mps_advice`): a grid whose runs share one GPU on this machine is told,
+in one line before it starts, when MPS is installed but no daemon answers (docs/gpu.md has the figures
+and the commands). The library never starts or stops the daemon: it serves every process of the user
+on that GPU, so that is the user's choice.
+
 This module imports nothing of the package or torch at the top: it runs before torch is loaded,
 and its test loads it alone.
 """
@@ -256,6 +261,35 @@ def elf_shared_library(name: str) -> bytes:
                          (strings_at, strtab), (code_at, code), (dynamic_at, dynamic)]:
         image[offset:offset + len(part)] = part
     return bytes(image)
+
+
+MPS_CONTROL = "nvidia-cuda-mps-control"  # CUDA MPS's control program, installed with NVIDIA's driver
+MPS_DEFAULT_PIPES = "/tmp/nvidia-mps"  # where MPS keeps its pipes when CUDA_MPS_PIPE_DIRECTORY is unset
+LOCAL_LAUNCHERS = ("joblib", "submitit_local")  # Hydra launchers whose runs run side by side on this machine
+
+
+def mps_running() -> bool:
+    """Whether a CUDA MPS control daemon serves this process's CUDA work: the folder of its pipes
+    (``CUDA_MPS_PIPE_DIRECTORY``, by default /tmp/nvidia-mps) exists and holds them."""
+    folder = Path(os.environ.get("CUDA_MPS_PIPE_DIRECTORY") or MPS_DEFAULT_PIPES)
+    return folder.is_dir() and any(folder.iterdir())
+
+
+def mps_advice(devices: list, at_once: int, launcher: str | None) -> str | None:
+    """One line for a grid of runs on ``devices`` (each run's ``device`` setting), ``at_once`` of them at a
+    time through Hydra's ``launcher``: that MPS would let runs on one GPU work together, where the runs
+    share a CUDA GPU on this machine, MPS is installed (`MPS_CONTROL` on PATH) and no daemon answers
+    (`mps_running`); else None. Measured on an H200 (docs/gpu.md): 16 graphed RAVL runs made 1.00x one
+    run's updates/s by time-slicing and 3.92x under MPS."""
+    import shutil
+
+    if at_once < 2 or launcher not in LOCAL_LAUNCHERS or not any(str(d).startswith("cuda") for d in devices):
+        return None
+    if shutil.which(MPS_CONTROL) is None or mps_running():
+        return None
+    return (f"hint: {at_once} runs at a time share the GPU by time-slicing; CUDA's MPS lets their kernels run "
+            f"together (start it with `{MPS_CONTROL} -d` before the grid, stop it with `echo quit | {MPS_CONTROL}`): "
+            "on an H200, 16 RAVL runs made 3.9x one run's updates/s with it and 1.0x without (docs/gpu.md)")
 
 
 def keep_freed_memory() -> bool:

@@ -115,3 +115,50 @@ def test_runs_side_by_side_share_the_cores(monkeypatch):
     assert side_by_side(["hydra/launcher=joblib", "hydra.launcher.n_jobs=-1"], 30) == 16
     assert side_by_side(["hydra/launcher=joblib", "hydra.launcher.n_jobs=-1"], 3) == 3
     assert side_by_side(["hydra/launcher=submitit_local"], 5) == 5
+
+
+@pytest.fixture
+def mps_installed(tmp_path, monkeypatch):
+    """A PATH holding a stand-in for CUDA MPS's control program, and MPS's pipe folder empty (no daemon)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-cuda-mps-control").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "nvidia-cuda-mps-control").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path / "pipes"))
+    return tmp_path / "pipes"
+
+
+def test_a_cuda_grid_side_by_side_is_told_about_mps_where_no_daemon_answers(mps_installed, monkeypatch):
+    from mbrl_offline.platform import mps_advice
+
+    joblib = ["cuda", "cuda"], 2, "joblib"
+    assert "CUDA's MPS" in mps_advice(*joblib) and "nvidia-cuda-mps-control -d" in mps_advice(*joblib)
+    assert mps_advice(["cuda:1"] * 4, 4, "submitit_local") is not None
+    assert mps_advice(["cpu", "cpu"], 2, "joblib") is None  # no GPU
+    assert mps_advice(["cuda", "cuda"], 1, "joblib") is None  # one run at a time: nothing shares the GPU
+    assert mps_advice(["cuda", "cuda"], 2, "submitit_slurm") is None  # the runs go to other machines
+    assert mps_advice(["cuda", "cuda"], 2, None) is None  # the basic launcher: one after another
+    mps_installed.mkdir()
+    assert mps_advice(*joblib) is not None  # the folder alone: no daemon's pipes in it
+    (mps_installed / "control").write_text("")
+    assert mps_advice(*joblib) is None  # a daemon answers: the runs already share the GPU through it
+    monkeypatch.setenv("PATH", str(mps_installed))
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(mps_installed / "none"))
+    assert mps_advice(*joblib) is None  # MPS is not installed here
+
+
+def test_the_grid_prints_the_mps_hint_before_its_runs(mps_installed, monkeypatch, capsys):
+    from omegaconf import OmegaConf
+
+    from mbrl_offline import cli
+
+    launched = []
+    monkeypatch.setattr(cli, "launch", lambda tool, task, runs, overrides: launched.append(capsys.readouterr().out)
+                        or [{"run": i, "error": None} for i in range(runs)])
+    configs = [OmegaConf.create({"device": "cuda", "seed": s}) for s in (0, 1)]
+    cli.launch_runs("train", print, configs, ["seed=0", "seed=1"], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"], False)
+    assert launched and launched[0].startswith("hint: 2 runs at a time share the GPU by time-slicing; CUDA's MPS")
+    cli.launch_runs("train", print, [OmegaConf.create({"device": "cpu"})] * 2, ["seed=0", "seed=1"],
+                    ["hydra/launcher=joblib"], False)
+    assert "hint" not in launched[1]
