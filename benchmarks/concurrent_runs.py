@@ -36,6 +36,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from mbrl_offline.platform import MPS_CONTROL
+
 DATASET = "hopper-medium"  # the default --dataset
 
 
@@ -127,8 +129,8 @@ class MPSDaemon:
     """A private CUDA MPS control daemon for this script's runs (pipe and log folders in a temporary folder)."""
 
     def __init__(self):
-        if shutil.which("nvidia-cuda-mps-control") is None:
-            raise SystemExit("--mps: nvidia-cuda-mps-control is not on PATH (it comes with the NVIDIA driver)")
+        if shutil.which(MPS_CONTROL) is None:
+            raise SystemExit(f"--mps: {MPS_CONTROL} is not on PATH (it comes with the NVIDIA driver)")
         self.folder = tempfile.mkdtemp(prefix="mps-")
         self.env = {**os.environ, "CUDA_MPS_PIPE_DIRECTORY": f"{self.folder}/pipe",
                     "CUDA_MPS_LOG_DIRECTORY": f"{self.folder}/log"}
@@ -136,12 +138,12 @@ class MPSDaemon:
     def __enter__(self):
         for name in ("pipe", "log"):
             os.makedirs(f"{self.folder}/{name}")
-        subprocess.run(["nvidia-cuda-mps-control", "-d"], env=self.env, check=True)
+        subprocess.run([MPS_CONTROL, "-d"], env=self.env, check=True)
         os.environ.update({k: self.env[k] for k in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY")})
         return self
 
     def __exit__(self, *exc):
-        subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env=self.env)
+        subprocess.run([MPS_CONTROL], input="quit\n", text=True, env=self.env)
         for key in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
             os.environ.pop(key, None)
         shutil.rmtree(self.folder, ignore_errors=True)
