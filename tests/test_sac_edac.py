@@ -292,6 +292,27 @@ def test_value_and_input_gradient_backward_passes_gradcheck():
         assert torch.autograd.gradcheck(lambda *w: q_and_grad(*w)[1], weights)
 
 
+def test_value_and_input_gradient_backward_runs_two_large_products_per_hidden_layer():
+    """q's backward reuses the input gradient's chain (its gradient in a pre-activation is dq times the
+    chain), and both terms of a hidden layer's weight gradient are one product: the backward's matmul
+    work, counted by torch's flop counter, is 2 H x H products per hidden layer and member (the weight
+    gradient and g's chain) plus the narrow first and output layers. The code before this did 4 per
+    layer (q's weight gradient and its own chain down, then g's two)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    members, rows, obs_dim, act_dim, width, layers = 4, 64, 5, 3, 32, 3
+    critic = CriticEnsemble(obs_dim, act_dim, num_critics=members, hidden_size=width, hidden_layers=layers)
+    q, grad = critic.q_and_action_gradient(torch.randn(rows, obs_dim), torch.rand(rows, act_dim) * 2 - 1)
+    with FlopCounterMode(display=False) as counter:
+        torch.autograd.backward((q, grad), (torch.randn_like(q), torch.randn_like(grad)))
+    per_member_row = (2 * width  # the output layer's weight gradient
+                      + 2 * (obs_dim + act_dim) * width  # the first layer's, q's term
+                      + 4 * act_dim * width  # the first layer's, g's term, and g's chain into layer 1
+                      + (layers - 1) * 4 * width * width)  # each hidden layer: one weight gradient, one chain product
+    assert counter.get_total_flops() == members * rows * per_member_row
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_actor_step_through_explicit_action_gradient_matches_autograd(weighted, device):
     """The actor's surrogate loss -<a, dQ_min/da> gives the same gradients as autograd through the critic

@@ -194,9 +194,10 @@ class EnsembleMLP(nn.Module):
         an explicit backward pass through the ReLU layers in the same forward call, and the weight
         gradients of both outputs from one hand-written backward (`_ReLUValueAndInputGradient`).
         Autograd's ``grad(create_graph=True)`` would need a second forward, and its double backward
-        also differentiates ReLU's backward (whose derivative is zero): about twice the matmuls (measured
-        on CORL's EDAC term, ``autograd.grad(create_graph=True)`` on a ReLU critic ensemble: 4 critic
-        forwards' worth of products for its double backward, where 2 suffice). Only ReLU networks
+        also differentiates ReLU's backward (whose derivative is zero). Counted on CORL's EDAC critic
+        step (TD loss and diversity term, forward and backward) at RAVL's sizes (10 critics of 3 x 256,
+        256 rows): 18.4 critic layers' worth of (N, B, H) x (H, H) products there, 8.2 here, since q's
+        backward reuses the input gradient's chain (`_ReLUValueAndInputGradient`). Only ReLU networks
         without LayerNorm have this piecewise-linear form.
         """
         if not self.relu_only:
@@ -340,13 +341,18 @@ class _ReLUValueAndInputGradient(torch.autograd.Function):
     Forward, with a_0 = x shared, m_l = 1[a_l > 0] and w the output weights:
         a_l = relu(a_{l-1} W_l + b_l),  q = a_L w + b_out;
         g_L = m_L * w^T,  g_l = m_l * (g_{l+1} W_{l+1}^T),  g = g_1 W_1[columns]^T.
-    Backward, given dq and dg: the usual backward of q through the layers, plus one more pass down the
-    chain g_1 .. g_L for g, which is linear in each weight because the masks are constant (ReLU's
-    second derivative is zero):
+    Backward, given dq and dg. q's backward needs no pass of its own: q is one number per row, so its
+    gradient in layer l's pre-activation is dq times the forward's chain, dq * g_l (the chain g_l is
+    exactly dq/d(pre-activation l) per row). Its weight gradients are dW_{l+1} = (dq * a_l)^T g_{l+1},
+    dW_1 = (dq * x)^T g_1, dw = (dq * a_L) summed over the batch. g is linear in each weight because
+    the masks are constant (ReLU's second derivative is zero), so its backward is one pass down the
+    chain:
         e_1 = m_1 * (dg W_1[columns]),  e_{l+1} = m_{l+1} * (e_l W_{l+1}),
         dW_1[columns] += dg^T g_1,  dW_{l+1} += e_l^T g_{l+1},  dw += sum over the batch of e_L.
-    Both passes add into the same weight gradients (in-place ``baddbmm_``): no autograd graph, no
-    gradient copies, no stored masks (the activations serve as masks).
+    Both terms of a hidden layer's weight gradient share the factor g_{l+1}, so each is one product,
+    (dq * a_l + e_l)^T g_{l+1}: with L hidden layers of width H the backward runs 2 (L - 1) products of
+    H x H per member, where autograd's backward of q alone runs the same number and its double backward
+    more. No autograd graph, no stored masks (the activations serve as masks).
     """
 
     @staticmethod
@@ -381,31 +387,41 @@ class _ReLUValueAndInputGradient(torch.autograd.Function):
         dweights = [None] * len(weights)
         dbiases = [None] * len(weights)
 
-        # Output q: dq through the output layer and down the ReLU layers.
-        if dq is None:
-            dweights = [torch.zeros_like(w) for w in weights]
-            dbiases = [torch.zeros_like(b) for b in params[1::2]]
+        members = path[0].shape[0]
+        if dq is None:  # only g's gradient: q's terms are zero
+            dbiases = [b.new_zeros(b.shape) for b in params[1::2]]
+            dweights[-1] = weights[-1].new_zeros(weights[-1].shape)
         else:
             dq = dq.unsqueeze(-1)  # (N, B, 1)
             dweights[-1] = torch.bmm(dq.transpose(1, 2), activations[-1]).transpose(1, 2).contiguous()  # (dq^T a_L)^T
             dbiases[-1] = dq.sum(1, keepdim=True)
-            upstream = dq * weights[-1].transpose(1, 2)  # (N, B, H)
-            for i in range(len(activations) - 1, -1, -1):
-                dh = _mask(upstream, activations[i])
-                below = activations[i - 1] if i > 0 else x.expand(dh.shape[0], *x.shape)
-                dweights[i] = torch.bmm(below.transpose(1, 2), dh)
-                dbiases[i] = dh.sum(1, keepdim=True)
-                if i > 0:
-                    upstream = torch.bmm(dh, weights[i].transpose(1, 2))
-
-        # Input gradient g: back along g_1 .. g_L.
+            for i, g in enumerate(path):  # q's gradient in pre-activation i + 1 is dq * g_{i+1}
+                dbiases[i] = (dq * g).sum(1, keepdim=True)
+        # The first layer: its input x is narrow (no large product), so q's and g's terms stay apart.
+        if dq is None:
+            dweights[0] = weights[0].new_zeros(weights[0].shape)
+        else:
+            dweights[0] = torch.bmm(x.expand(members, *x.shape).transpose(1, 2), dq * path[0])
+        error = None
         if dgrad is not None:
             columns = ctx.columns
             dweights[0][:, columns, :] += torch.bmm(dgrad.transpose(1, 2), path[0])  # faster than baddbmm_ into the strided slice
             error = _mask(torch.bmm(dgrad, weights[0][:, columns, :]), activations[0])  # e_1
-            for i in range(1, len(activations)):
-                dweights[i].baddbmm_(error.transpose(1, 2), path[i])
+        # The hidden layers: one product each for both terms, (dq * a_i + e_i)^T g_{i+1}.
+        for i in range(1, len(activations)):
+            if dq is None:
+                left = error
+            elif error is None:
+                left = dq * activations[i - 1]
+            else:
+                left = torch.addcmul(error, dq, activations[i - 1])
+            if left is None:  # neither output has a gradient
+                dweights[i] = weights[i].new_zeros(weights[i].shape)
+                continue
+            dweights[i] = torch.bmm(left.transpose(1, 2), path[i])
+            if error is not None:
                 error = _mask(torch.bmm(error, weights[i]), activations[i])
+        if error is not None:
             dweights[-1] += error.sum(1).unsqueeze(-1)
         grads = [g for pair in zip(dweights, dbiases) for g in pair]
         return (None, None, *grads)
