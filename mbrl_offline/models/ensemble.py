@@ -387,21 +387,18 @@ class _ReLUValueAndInputGradient(torch.autograd.Function):
         dweights = [None] * len(weights)
         dbiases = [None] * len(weights)
 
-        members = path[0].shape[0]
         if dq is None:  # only g's gradient: q's terms are zero
             dbiases = [b.new_zeros(b.shape) for b in params[1::2]]
             dweights[-1] = weights[-1].new_zeros(weights[-1].shape)
+            dweights[0] = weights[0].new_zeros(weights[0].shape)
         else:
             dq = dq.unsqueeze(-1)  # (N, B, 1)
             dweights[-1] = torch.bmm(dq.transpose(1, 2), activations[-1]).transpose(1, 2).contiguous()  # (dq^T a_L)^T
             dbiases[-1] = dq.sum(1, keepdim=True)
             for i, g in enumerate(path):  # q's gradient in pre-activation i + 1 is dq * g_{i+1}
                 dbiases[i] = (dq * g).sum(1, keepdim=True)
-        # The first layer: its input x is narrow (no large product), so q's and g's terms stay apart.
-        if dq is None:
-            dweights[0] = weights[0].new_zeros(weights[0].shape)
-        else:
-            dweights[0] = torch.bmm(x.expand(members, *x.shape).transpose(1, 2), dq * path[0])
+            # The first layer: its input x is narrow (no large product), so q's and g's terms stay apart.
+            dweights[0] = torch.bmm(x.expand(len(dq), *x.shape).transpose(1, 2), dq * path[0])
         error = None
         if dgrad is not None:
             columns = ctx.columns
