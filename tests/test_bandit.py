@@ -295,6 +295,7 @@ def test_config_checks_and_the_yaml_sizes_are_the_dataclass():
 
 # ------------------------------------------------------------------------------------------- learning (slow)
 @pytest.mark.slow
+@pytest.mark.extended
 def test_unpenalised_agent_uses_the_unseen_arm_where_it_pays_more_and_the_penalised_one_does_not():
     """At the CPU sizes, seeds 0-2: the penalised agent (seed 0) stays on arm 0; the unpenalised agent moves
     to arm 1 where it pays more (a return 0.1 above arm 0's 0.5 a pull, arm 1 in most pulls) in at least two

@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.extended
 def test_concurrent_runs_train_side_by_side_and_print_the_table(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "concurrent_runs.py"), "--agents", "td3bc", "mopo",
                            "--runs", "1", "2", "--epochs", "2", "--updates", "5", "--budget", "quick",

@@ -42,6 +42,7 @@ def test_build_run_takes_a_budget_for_the_sections_it_is_not_given(tmp_path):
         build_run("td3bc", data, budget={"name": "quick"})
 
 
+@pytest.mark.extended
 def test_the_same_run_from_python_and_the_command_line_gives_identical_metrics(tmp_path):
     """IQL on model rollouts under the quick budget, shortened the same way on both sides, on as many
     threads; the model is fitted once (by the command line) and read from the same cache by Python."""

@@ -93,6 +93,7 @@ def test_vs_synther_without_a_checkout_says_what_to_clone(tmp_path):
         "Clone it outside this repository and pass its path with --synther."]
 
 
+@pytest.mark.extended
 def test_diffusion_benchmark_runs_in_its_smoke_mode():
     # tiny models and calls: the script's code paths, not its rates
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "diffusion.py"), "--smoke", "--threads", "1",

@@ -42,6 +42,7 @@ def test_collect_writes_every_level_and_both_formats_load_identically(tmp_path, 
     assert levels["random"].metadata["data_return_mean"] == pytest.approx(returns.mean())
 
 
+@pytest.mark.extended
 def test_interrupted_collection_resumes_to_the_same_datasets(tmp_path, minari_root, monkeypatch):
     config = dict(TINY, levels=("medium", "medium-replay", "expert"), expert_steps=700)
     collect(CollectConfig(**config, run_dir=str(tmp_path / "whole"), namespace="whole"))

@@ -17,7 +17,9 @@ import pytest
 import torch
 from conftest import shared_folder
 
-pytestmark = pytest.mark.slow
+# slow and extended: left out of the default run (setup.cfg), run by `python -m pytest -q -m extended` and by
+# .ci/run after the default run where CI's time allows (docs/reproducibility.md)
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 # The edge-of-reach finding's settings (docs/findings.md's command, there with 60 epochs and all four runs).
 EDGE_OF_REACH = ["env=pendulum", "algo.gamma=0.99", "algo.hidden_size=128", "algo.hidden_layers=2",

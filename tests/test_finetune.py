@@ -206,6 +206,7 @@ def sweep(cwd, *settings):
                           capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
+@pytest.mark.extended
 def test_a_sweep_over_online_fine_tuning_settings(trained, tmp_path):
     """``mbrl-sweep checkpoint=...``: every trial is a fine-tuning run of the checkpoint with the trial's
     settings (a grid over MOPO's penalty and its model's refit interval), reported like any sweep; the

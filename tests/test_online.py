@@ -165,6 +165,7 @@ def test_what_cannot_run_online_is_refused_in_one_line(data, tmp_path, monkeypat
             OnlineConfig(enabled=True, **bad)
 
 
+@pytest.mark.extended
 def test_an_agent_of_sequences_acts_with_its_state_and_learns_from_the_online_episodes(data, tmp_path):
     """NEUBAY: its episode policy carries the recurrent state (and the previous action) through an online
     episode; each episode joins the buffer of whole real episodes when it ends or is cut; resume is exact."""
@@ -283,6 +284,7 @@ def online_fine_tuning_run(root, seed: int = 0, online: bool = True) -> tuple[fl
 
 
 @pytest.mark.slow
+@pytest.mark.extended
 def test_online_fine_tuning_raises_a_weak_offline_agent(tmp_path):
     """`online_fine_tuning_run`, seed 0, online: the mean of the last three evaluations 40 points above the
     base agent and 20 above the data (docs/after-training.md has the seeds, and the same updates

@@ -89,6 +89,7 @@ def test_harnesses_refuse_bad_input_in_one_line(script, args, message, tmp_path)
 @pytest.mark.parametrize("script, algo", [("vs_offlinerlkit.py", "mobile"), ("vs_official.py", "ravl"),
                                           ("vs_offlinerlkit.py", "cql"), ("vs_offlinerlkit.py", "combo"),
                                           ("vs_offlinerlkit.py", "rambo")])
+@pytest.mark.extended
 def test_our_side_runs_end_to_end_at_a_tiny_budget(script, algo, tmp_path):
     """Our side of each harness (the library as train.py composes it), on pendulum-medium: a 1-epoch
     model, then 1 agent epoch of 20 updates; the result file holds the model measures and the curve

@@ -64,6 +64,7 @@ def test_a_bad_grid_is_one_line(grid, settings, message):
         reproduce_config(compose(CONFIG_DIR, "reproduce", grid), settings)
 
 
+@pytest.mark.extended
 def test_runs_resume_where_they_stopped_and_the_page_is_written(tmp_path):
     # a stopped run: seed 1 of td3bc trained by the train tool for one of its two epochs (a checkpoint after it)
     stopped = tmp_path / "runs/reproduce/cpu/td3bc/pendulum-medium/seed1"

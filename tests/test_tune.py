@@ -77,6 +77,7 @@ def test_sweep_completes_then_extends(tmp_path):
     assert second.stdout.count("trial 2:") == 2 and "trial 0:" not in second.stdout
 
 
+@pytest.mark.extended
 @pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
 def test_interrupted_trial_is_retried_and_resumes_its_runs(tmp_path, stop):
     process = sweep_cli(tmp_path, "sweep.n_trials=2", "trainer.epochs=40", "sweep.heartbeat_seconds=1", wait=False)
