@@ -373,7 +373,7 @@ def model_cache(tmp_path_factory):
 # The cases that only the extended run takes (setup.cfg; docs/reproducibility.md), for CI's time: MOReL-SAC's, MOReL's
 # option of a SAC learner (the paper's NPG learner has its case in the default run), 100 x 250 updates, the
 # second-longest case (14 minutes of one core of the Zen 1 VM in CI's run of fea2323); and IQL on PGD's data, a
-# generator's case beside IQL's own (5.3 minutes there). The default run keeps one case per agent.
+# generator's case beside IQL's own (5.3 minutes there on the published pairing, 2.6-2.9 on the adjusted one). The default run keeps one case per agent.
 EXTENDED_CASES = ("morel_sac", "iql-pgd")
 
 
