@@ -142,7 +142,9 @@ def runs_published_settings(name: str) -> bool:
 #   So the case took the model-free tests' choices (128 wide, gamma = 0.95; the networks' 3 layers, N and eta
 #   as published) on pendulum-medium-replay for 24 x 250 updates: seeds 0-2 ended at 95.8, 96.2 and 96.5 (Zen 3 VM).
 #   It now runs the published settings at 24 x 125 updates, where every seed measured clears the bar (measured
-#   again at f64930d: 44.2, 20.1, 47.1, the same scores; 5.5-5.9 minutes a run on one thread of the Zen 3 VM).
+#   again at f64930d: 44.2, 20.1, 47.1, the same scores; 5.5-5.9 minutes a run on one thread of the Zen 3 VM;
+#   after the critics' shared backward of 6c3fe78, which changes the rounding, at 19193b3 on a Zen 1 VM: 34.6, 47.4,
+#   46.8, 8.8-9.1 minutes a run).
 #   An earlier case, the same for 80 x 250 updates: on pendulum-medium, seed 0 ended at 44.2, below the bar of
 #   59.0 (evaluations between -48 and 10 for 16k updates, then 24.8, 62.2, 45.7, with alpha, tuned from 1,
 #   still at 0.13); on pendulum-medium-replay it ended at 97.8 (above 90 from the 4k-th update on), and seeds 1
@@ -284,7 +286,8 @@ def pgd(agent_cls, **settings):
 # 86.4, 65.2 and 69.8 against 59.0.
 # RAVL runs its published settings (budget=cpu: 10 critics of 3 x 256, eta 1, its official edge-of-reach
 # dynamics recipe, h = 5) on pendulum-medium-replay (normalised score -8.3; bar 11.7) for 16 x 250 updates:
-# seeds 0-2 ended at 72.6, 67.3 and 68.0 (docs/learning-seeds.md); at 24 x 250, seed 0 ended at 97.7. On
+# seeds 0-2 ended at 72.6, 67.3 and 68.0, and after 6c3fe78's shared backward (at 19193b3) at 64.0, 65.4 and 67.0
+# (docs/learning-seeds.md); at 24 x 250, seed 0 ended at 97.7. On
 # inverted-pendulum-medium-replay its published settings had not cleared the bar (11.1-21.5 against 23.8 at
 # 20 and 40 x 250), nor on pendulum-medium at budget=cpu's 20 x 250 (docs/results.md). MOBILE's published
 # settings did not on pendulum-medium-replay either (seed 0 at -10.6 after 24 x 250), nor its case's settings
