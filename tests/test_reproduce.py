@@ -11,7 +11,6 @@ import pytest
 from mbrl_offline.config import CONFIG_DIR
 from mbrl_offline.config_files import compose
 from mbrl_offline.errors import ConfigError
-from mbrl_offline.platform import code_version
 from mbrl_offline.reproduce import dataset_env, plan_runs, reproduce_config, split_overrides
 
 TINY = ["trainer.epochs=2", "trainer.updates_per_epoch=10", "trainer.eval_every=1", "trainer.eval_episodes=1",
@@ -91,7 +90,11 @@ def test_runs_resume_where_they_stopped_and_the_page_is_written(tmp_path):
     rows = [line for line in every_run.splitlines() if line.startswith(("| td3bc | pendulum-medium |",
                                                                          "| iql | pendulum-random |"))]
     assert len(rows) == 4 and all(float(row.split("|")[6]) >= 0 for row in rows)  # each with its wall time
-    code = code_version()  # and the commit it ran (this checkout's, or "-" for an installed package)
+    # and the commit it ran: that of the package the tool's runs imported (run from tmp_path as they were, so an
+    # editable install of another checkout is the one read), or "-" for an installed package
+    code = json.loads(subprocess.run([sys.executable, "-c", "import json; from mbrl_offline.platform import "
+                                      "code_version; print(json.dumps(code_version()))"], cwd=tmp_path,
+                                     capture_output=True, text=True, check=True).stdout)
     shown = "-" if code["commit"] is None else code["commit"][:7] + ("+" if code["modified"] else "")
     assert all(row.split("|")[7].strip() == shown for row in rows)
     assert "| 2 x 10 updates, 1-episode evaluations every 1 epochs (the last of 2) |" in page
