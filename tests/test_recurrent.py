@@ -2,6 +2,8 @@
 (values and gradients, resets), carried state, initialisation, the sequence layer against a hand
 forward, the GRU's packed episodes against a masked loop, and the batched heads."""
 import math
+import os
+import shutil
 import warnings
 
 import pytest
@@ -10,6 +12,7 @@ from torch.nn import functional as F
 
 import mbrl_offline.models.recurrent as recurrent
 from mbrl_offline.errors import ConfigError, InputError
+from mbrl_offline.models import scan_kernel
 from mbrl_offline.models.recurrent import (EnsembleHeads, LRU, RecurrentEncoder, SequenceLayer, lru_scan,
                                            lru_scan_reference)
 
@@ -28,9 +31,33 @@ def start_pattern(name: str, steps: int, batch: int = 2) -> torch.Tensor:
     return starts
 
 
+@pytest.fixture(params=["C loops", "torch operators"])
+def scan_path(request, monkeypatch):
+    """Each scan test runs twice: with the scan's C loops (`mbrl_offline.models.scan_kernel`, which must
+    build where a C compiler is installed) and with its torch operators."""
+    compiled = request.param == "C loops"
+    if compiled and not scan_kernel.available():
+        pytest.skip(f"the scan's C loops could not be built here: {scan_kernel.failed}")
+    monkeypatch.setattr(scan_kernel, "_enabled", compiled)
+    return request.param
+
+
+def scan_ran_compiled(lam: torch.Tensor, bx: torch.Tensor) -> bool:
+    return scan_kernel.applies(lam, bx)
+
+
+def test_the_scan_kernel_builds_where_a_compiler_is_installed():
+    """CI and the project's machines have a C compiler (``torch.compile`` needs one too), so there the
+    scan must run as the C loops: a build that silently failed would leave the slower path unnoticed."""
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("no C compiler on this machine")
+    assert scan_kernel.available(), scan_kernel.failed
+    assert scan_ran_compiled(torch.ones(2, dtype=torch.complex64), torch.ones(1, 3, 2, dtype=torch.complex64))
+
+
 @pytest.mark.parametrize("steps", [1, 7, 2048])
 @pytest.mark.parametrize("pattern", ["none", "row 0", "consecutive", "last row", "random"])
-def test_scan_matches_loop_in_values_and_gradients(steps, pattern):
+def test_scan_matches_loop_in_values_and_gradients(steps, pattern, scan_path):
     if steps == 2048 and pattern not in ("consecutive", "random"):
         pytest.skip("the long tape runs two patterns only (time)")
     torch.manual_seed(steps)
@@ -61,7 +88,7 @@ def test_scan_matches_loop_in_values_and_gradients(steps, pattern):
 
 @pytest.mark.parametrize("batch", [(), (3,), (2, 2)])
 @pytest.mark.parametrize("pattern", ["none", "row 0", "consecutive", "random"])
-def test_scan_backward_matches_autograd_of_the_loop(batch, pattern):
+def test_scan_backward_matches_autograd_of_the_loop(batch, pattern, scan_path):
     """`lru_scan`'s written-out backward (`_LRUScan`) against autograd through the sequential loop, in
     every input: lambda, bx and the carried state h0 (given per row, and shared by every row)."""
     torch.manual_seed(len(batch) + len(pattern))
@@ -81,7 +108,7 @@ def test_scan_backward_matches_autograd_of_the_loop(batch, pattern):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{label} {h0_shape}: {m}")
 
 
-def test_scan_states_by_hand():
+def test_scan_states_by_hand(scan_path):
     """Three steps worked out by hand: h0 carried into row 0, dropped (not decayed) at a start."""
     lam = torch.tensor([0.5 + 0.5j])
     bx = torch.tensor([[[1.0 + 0j], [2.0 + 0j], [3.0 + 0j]]])
@@ -315,6 +342,38 @@ def test_fused_heads_give_the_eager_heads_values_and_gradients(monkeypatch, laye
             with torch.no_grad():
                 torch.testing.assert_close(fused(x, members), want, rtol=1e-5, atol=1e-6)
     assert FusedKernels.failed is None and FusedKernels._compiled
+
+
+def test_scan_runs_as_torch_operators_after_one_warning_where_the_kernel_cannot_be_built(monkeypatch, tmp_path):
+    """No C compiler: one warning that says why, then the scans run as torch operators (the same values
+    as the C loops up to float rounding); a cache folder that already holds the built library is reused
+    without a compiler."""
+    torch.manual_seed(0)
+    lam = torch.polar(torch.rand(4) * 0.5 + 0.4, torch.rand(4) * 6.28)
+    bx = torch.randn(2, 9, 4, dtype=torch.complex64)
+    starts, h0 = torch.rand(2, 9) < 0.2, torch.randn(2, 4, dtype=torch.complex64)
+    want = lru_scan_reference(lam, bx, starts, h0)
+    monkeypatch.setattr(scan_kernel, "_library", None)
+    monkeypatch.setattr(scan_kernel, "failed", None)
+    monkeypatch.setenv(scan_kernel.ENV_CACHE, str(tmp_path / "kernels"))
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    with pytest.warns(UserWarning, match="C loops could not be built .*no-such-compiler.*torch operators"):
+        torch.testing.assert_close(lru_scan(lam, bx, starts, h0), want, rtol=1e-5, atol=1e-5)
+    assert not scan_kernel.available() and "no-such-compiler" in scan_kernel.failed
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one warning per process, not per call
+        torch.testing.assert_close(lru_scan(lam, bx, starts, h0), want, rtol=1e-5, atol=1e-5)
+    if shutil.which("cc") is None:
+        return
+    monkeypatch.setenv("CC", "cc")  # built once into the folder ...
+    monkeypatch.setattr(scan_kernel, "failed", None)
+    assert scan_kernel.available()
+    built = sorted((tmp_path / "kernels").iterdir())
+    assert [p.suffix for p in built] == [".so"]  # the library alone: the build's own folder is gone
+    stamp = built[0].stat().st_mtime_ns
+    scan_kernel._build()  # ... and another process loads it from there, compiling nothing
+    assert sorted((tmp_path / "kernels").iterdir()) == built and built[0].stat().st_mtime_ns == stamp
+    torch.testing.assert_close(lru_scan(lam, bx, starts, h0), want, rtol=1e-5, atol=1e-5)
 
 
 def test_fused_heads_run_eagerly_after_one_warning_where_compiling_fails(monkeypatch):

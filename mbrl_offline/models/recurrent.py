@@ -13,16 +13,20 @@ LRU, per layer, with x the layer's input after its LayerNorm:
     h_t = lambda * h_{t-1} + B_norm x_t   (h_{t-1} replaced by 0 where starts_t),
     y_t = Re(C h_t) + D * x_t,            C = C_re + i C_im.
 
-The recurrence runs as a parallel prefix scan (`lru_scan`): ceil(log2(T + 1)) elementwise rounds
-instead of T sequential steps, differentiable with plain autograd. `lru_scan_reference` is the
-sequential loop, which the tests compare it with.
+The recurrence runs in `lru_scan`, forward and backward written out (`_LRUScan`). On a CPU (complex64) it
+runs as two compiled C loops over the rows (`mbrl_offline.models.scan_kernel`: the sequential recurrence
+and its adjoint, one call each); elsewhere, or where no C compiler is found, as a parallel prefix scan
+of torch operators (`_scan`: about log2 T elementwise rounds instead of T sequential steps).
+`lru_scan_reference` is the sequential loop of torch operators, which the tests compare both with.
 
 Deviations from the official code, each with its reason:
 
-* the official code scans with ``jax.lax.associative_scan`` (a work-efficient Blelloch scan); here
-  Hillis-Steele scans in two levels, within chunks of about sqrt(T) rows and then over the chunks
-  (`_scan`: no private torch API, no compilation), give the same values up to float rounding, and
-  the backward is written out (`lru_scan`);
+* the official code scans with ``jax.lax.associative_scan`` (a work-efficient Blelloch scan); here, on a
+  CPU, the rows run in order in a C loop (`mbrl_offline.models.scan_kernel`: the scan's torch operators
+  have a fixed cost each, and they were about an eighth of NEUBAY's update at the official sizes), and
+  elsewhere Hillis-Steele scans in two levels, within chunks of about sqrt(T) rows and then over the
+  chunks (`_scan`: no private torch API, no compilation); each gives the same values up to float
+  rounding, and the backward is written out (`lru_scan`);
 * the LRU's B and C maps and the GLU's two output maps run as one real product each (`LRU.forward`,
   `SequenceLayer.forward`): the same sums in another order;
 * the encoders' products (``pre``, B, C, the GLU) and the heads' first layer on the history features,
@@ -51,6 +55,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from mbrl_offline.errors import ConfigError, InputError
+from mbrl_offline.models import scan_kernel
 from mbrl_offline.models.ensemble import (EnsembleLayerNorm, EnsembleLinear, column_product, layer_norm_affine,
                                          member_parameters)
 from mbrl_offline.models.products import linear
@@ -72,9 +77,10 @@ def lru_scan(lam: torch.Tensor, bx: torch.Tensor, starts: torch.Tensor, h0: torc
 
     The official code scans the T + 1 elements ``(A_t, b_t, s_t)`` (element 0 the carried state) with
     ``jax.lax.associative_scan`` and an operator that lets a right element with ``s_t`` replace
-    everything to its left (``wrapped_associative_update``). Here the carried state is folded into row
-    0 (``b_0 + lambda h0``, unless row 0 starts) and the recurrence ``h_t = lambda keep_t h_{t-1} + b_t``
-    (``keep_t = not starts_t``) runs as Hillis-Steele's scans in two levels (`_scan`): the same values
+    everything to its left (``wrapped_associative_update``). Here the recurrence
+    ``h_t = lambda keep_t h_{t-1} + b_t`` (``keep_t = not starts_t``) runs, on a CPU, row by row in a C
+    loop (`mbrl_offline.models.scan_kernel`), and elsewhere with the carried state folded into row 0
+    (``b_0 + lambda h0``, unless row 0 starts) as Hillis-Steele's scans in two levels (`_scan`): the same values
     up to float rounding, in about log2 T rounds of elementwise work, half of them over the whole
     tape. Since lambda is the same at every row, a window's coefficient is a power of lambda times a
     0/1 column, so no per-row complex coefficient is kept. The backward is written out (`_LRUScan`: the
@@ -158,11 +164,21 @@ def _scan_coefficients(a: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
 class _LRUScan(torch.autograd.Function):
     """`lru_scan` with its backward written out: the adjoint of a linear recurrence is the same
     recurrence run backwards, with the conjugate coefficients (torch's convention for complex
-    gradients: the gradient of y = c x in x is conj(c) times y's), so the backward is one more `_scan`
-    and one product and sum for lambda's gradient, instead of autograd's graph of every round."""
+    gradients: the gradient of y = c x in x is conj(c) times y's), so the backward is one more scan
+    and one product and sum for lambda's gradient, instead of autograd's graph of every round. Both
+    directions run as the C loops of `mbrl_offline.models.scan_kernel` where they apply (``ctx.compiled``),
+    else as `_scan` and torch operators."""
 
     @staticmethod
     def forward(ctx, lam, bx, starts, h0):
+        ctx.compiled = scan_kernel.applies(lam, bx)
+        if ctx.compiled:  # the C loops (`mbrl_offline.models.scan_kernel`), over (S, T, H) sequences
+            steps, states = bx.shape[-2:]
+            keep = (~starts).to(torch.float32).reshape(-1, steps)
+            h0 = h0.reshape(-1, states)
+            h = scan_kernel.forward(bx.reshape(-1, steps, states), keep, lam, h0)
+            ctx.save_for_backward(lam, h0, keep, h)
+            return h.view(bx.shape)
         keep = (~starts).to(lam.real.dtype).unsqueeze(-1)  # (..., T, 1): 0 where the carried state is dropped
         b = bx.clone()
         b[..., 0, :] += lam * h0 * keep[..., 0, :]  # the carried state enters row 0
@@ -173,6 +189,10 @@ class _LRUScan(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_h):
         lam, h0, keep, h = ctx.saved_tensors
+        if ctx.compiled:
+            g, grad_lam = scan_kernel.backward(grad_h.reshape(h.shape), h, keep, lam, h0)
+            grad_h0 = (lam.conj() * keep[:, :1] * g[:, 0, :]).view(*grad_h.shape[:-2], -1) if ctx.needs_input_grad[3] else None
+            return (grad_lam if ctx.needs_input_grad[0] else None), g.view(grad_h.shape), None, grad_h0
         # g_t = grad_h_t + conj(lambda) keep_{t+1} g_{t+1}: the forward scan on the reversed rows
         keep_next = torch.cat([keep[..., 1:, :], torch.zeros_like(keep[..., :1, :])], dim=-2)
         g = _scan(lam.conj(), grad_h.flip(-2), keep_next.flip(-2)).flip(-2)  # flip copies: _scan may overwrite it
