@@ -52,6 +52,9 @@ Deviations from the official code, none of which changes a loss's expectation:
   reward): evaluation goes through `episode_policy`, which carries the state;
 * on an AMD CPU with AVX-512 the encoders' products and the critic heads' first layer run on oneDNN
   rather than MKL (`mbrl_offline.models.recurrent`, `mbrl_offline.models.products`): float rounding only;
+* on a CPU the LRU's recurrence and its adjoint run as compiled C loops over the rows
+  (`mbrl_offline.models.scan_kernel`; the official code runs ``jax.lax.associative_scan``): float rounding
+  only. Without a C compiler they run as torch operators, after one warning;
 * on a CPU, at sizes where it pays (10 heads x 2047 rows x 256 does), the critic heads' LayerNorm,
   affine map, leaky ReLU and output column run as compiled fused kernels (``fused_heads``,
   `mbrl_offline.models.recurrent.FusedKernels`; the official code's XLA fuses them too): float rounding
