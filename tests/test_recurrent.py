@@ -108,6 +108,19 @@ def test_scan_backward_matches_autograd_of_the_loop(batch, pattern, scan_path):
             torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4, msg=lambda m: f"{label} {h0_shape}: {m}")
 
 
+def test_scan_with_starts_shared_by_every_row(scan_path):
+    """``starts (T,)`` for a batch of rows ``(B, T, H)`` (broadcast, as torch broadcasts) equals the same
+    starts given to each row, values and gradients."""
+    torch.manual_seed(3)
+    lam = torch.polar(torch.rand(4) * 0.5 + 0.4, torch.rand(4) * 6.28).requires_grad_()
+    bx = torch.randn(3, 9, 4, dtype=torch.complex64, requires_grad=True)
+    starts, h0 = torch.tensor([0, 0, 1, 0, 0, 0, 1, 1, 0], dtype=torch.bool), torch.randn(4, dtype=torch.complex64)
+    got, want = lru_scan(lam, bx, starts, h0), lru_scan_reference(lam, bx, starts.expand(3, 9), h0)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for g, w in zip(torch.autograd.grad(got.abs().sum(), [lam, bx]), torch.autograd.grad(want.abs().sum(), [lam, bx])):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-4)
+
+
 def test_scan_states_by_hand(scan_path):
     """Three steps worked out by hand: h0 carried into row 0, dropped (not decayed) at a start."""
     lam = torch.tensor([0.5 + 0.5j])

@@ -174,7 +174,7 @@ class _LRUScan(torch.autograd.Function):
         ctx.compiled = scan_kernel.applies(lam, bx)
         if ctx.compiled:  # the C loops (`mbrl_offline.models.scan_kernel`), over (S, T, H) sequences
             steps, states = bx.shape[-2:]
-            keep = (~starts).to(torch.float32).reshape(-1, steps)
+            keep = (~starts).expand(bx.shape[:-1]).to(torch.float32).reshape(-1, steps)
             h0 = h0.reshape(-1, states)
             h = scan_kernel.forward(bx.reshape(-1, steps, states), keep, lam, h0)
             ctx.save_for_backward(lam, h0, keep, h)
