@@ -11,7 +11,7 @@ vectorised over the states by the compiler; one call each instead of about 90 op
 The C source is below. It is compiled once per machine with the C compiler that ``torch.compile`` also
 needs (``cc``; the ``CC`` environment variable names another), into a cache folder
 (``MBRL_OFFLINE_KERNEL_CACHE``, else a folder of the system's temporary directory named for the user),
-and loaded with ctypes: it uses no Python or torch headers, so it compiles in about a second. Without a
+and loaded with ctypes: it uses no Python or torch headers, so it compiles quickly. Without a
 compiler, or where the library cannot be built or loaded, `available` is False and the scans run as
 torch operators, after one warning that says why; ``set_enabled(False)`` does the same on purpose (the
 tests compare both). The compiler flags are fixed (``-O3``, the machine's baseline instruction set: no
