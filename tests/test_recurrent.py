@@ -42,17 +42,13 @@ def scan_path(request, monkeypatch):
     return request.param
 
 
-def scan_ran_compiled(lam: torch.Tensor, bx: torch.Tensor) -> bool:
-    return scan_kernel.applies(lam, bx)
-
-
 def test_the_scan_kernel_builds_where_a_compiler_is_installed():
     """CI and the project's machines have a C compiler (``torch.compile`` needs one too), so there the
     scan must run as the C loops: a build that silently failed would leave the slower path unnoticed."""
     if shutil.which(os.environ.get("CC", "cc")) is None:
         pytest.skip("no C compiler on this machine")
     assert scan_kernel.available(), scan_kernel.failed
-    assert scan_ran_compiled(torch.ones(2, dtype=torch.complex64), torch.ones(1, 3, 2, dtype=torch.complex64))
+    assert scan_kernel.applies(torch.ones(2, dtype=torch.complex64), torch.ones(1, 3, 2, dtype=torch.complex64))
 
 
 @pytest.mark.parametrize("steps", [1, 7, 2048])
@@ -359,8 +355,8 @@ def test_fused_heads_give_the_eager_heads_values_and_gradients(monkeypatch, laye
 
 def test_scan_runs_as_torch_operators_after_one_warning_where_the_kernel_cannot_be_built(monkeypatch, tmp_path):
     """No C compiler: one warning that says why, then the scans run as torch operators (the same values
-    as the C loops up to float rounding); a cache folder that already holds the built library is reused
-    without a compiler."""
+    as the C loops up to float rounding); a cache folder that already holds the built library is reused,
+    nothing compiled again."""
     torch.manual_seed(0)
     lam = torch.polar(torch.rand(4) * 0.5 + 0.4, torch.rand(4) * 6.28)
     bx = torch.randn(2, 9, 4, dtype=torch.complex64)

@@ -191,7 +191,9 @@ class _LRUScan(torch.autograd.Function):
         lam, h0, keep, h = ctx.saved_tensors
         if ctx.compiled:
             g, grad_lam = scan_kernel.backward(grad_h.reshape(h.shape), h, keep, lam, h0)
-            grad_h0 = (lam.conj() * keep[:, :1] * g[:, 0, :]).view(*grad_h.shape[:-2], -1) if ctx.needs_input_grad[3] else None
+            grad_h0 = None
+            if ctx.needs_input_grad[3]:  # conj(lambda) keep_0 g_0, in h0's (expanded) shape
+                grad_h0 = (lam.conj() * keep[:, :1] * g[:, 0, :]).view(*grad_h.shape[:-2], -1)
             return (grad_lam if ctx.needs_input_grad[0] else None), g.view(grad_h.shape), None, grad_h0
         # g_t = grad_h_t + conj(lambda) keep_{t+1} g_{t+1}: the forward scan on the reversed rows
         keep_next = torch.cat([keep[..., 1:, :], torch.zeros_like(keep[..., :1, :])], dim=-2)

@@ -2,11 +2,11 @@
 
 The recurrence ``h_t = lambda keep_t h_{t-1} + b_t`` costs a few multiply-adds per state, and a tape of
 NEUBAY's official size (2048 rows x 128 complex states) is 2 MB. Written with torch's operators, the
-parallel scan takes about 75 of them for each scan and 15 more for its backward, and each operator has a
-fixed cost of a few microseconds, so the scans were about an eighth of NEUBAY's update on a CPU
+parallel scan takes about 75 of them forward and about 90 backward, and each operator has a fixed cost
+of a few microseconds, so the scans were about an eighth of NEUBAY's update on a CPU
 (docs/performance.md measures it). This module runs the forward recurrence and its adjoint as two plain
 C loops, over the rows in order (the sequential recurrence itself, as `lru_scan_reference` computes it),
-vectorised over the states by the compiler; one call each instead of about 90 operators.
+vectorised over the states by the compiler: one call each way.
 
 The C source is below. It is compiled once per machine with the C compiler that ``torch.compile`` also
 needs (``cc``; the ``CC`` environment variable names another), into a cache folder
