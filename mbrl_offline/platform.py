@@ -331,14 +331,23 @@ def keep_freed_memory() -> bool:
             and bool(mallopt(m_mmap_max, 0)))
 
 
-# Set by `interrupts_kept`'s SIGINT handler at every Ctrl-C (whether or not Python's KeyboardInterrupt is then
-# lost); cleared when `raise_if_interrupted` raises and when the block ends.
+# Set by `interrupts_kept`'s SIGINT handler at every Ctrl-C it raises (whether or not Python's KeyboardInterrupt
+# is then lost); cleared when `raise_if_interrupted` raises and when the block ends.
 _pending_interrupt = False
+_kept = False  # inside `interrupts_kept`
+# How many `interrupts_deferred` blocks the main thread is in; while above 0, a Ctrl-C sets `_deferred_interrupt`
+# and is raised when the outermost block ends.
+_deferred_depth = 0
+_deferred_interrupt = False
 
 
 def _interrupt(signum, frame):
-    global _pending_interrupt
-    _pending_interrupt = True
+    global _pending_interrupt, _deferred_interrupt
+    if _deferred_depth > 0:
+        _deferred_interrupt = True
+        return
+    if _kept:
+        _pending_interrupt = True
     raise KeyboardInterrupt
 
 
@@ -352,18 +361,60 @@ def interrupts_kept() -> Iterator[None]:
     lost. The tools run in it (`mbrl_offline.cli.cli_main`; this module loads no torch, so the tools can
     import it first); only in the main thread, and only where SIGINT has Python's own handler (not where
     it is ignored)."""
-    global _pending_interrupt
+    global _pending_interrupt, _kept
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
         yield
         return
     previous = signal.signal(signal.SIGINT, _interrupt)
-    _pending_interrupt = False
+    _pending_interrupt, _kept = False, True
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-        _pending_interrupt = False
+        _pending_interrupt, _kept = False, False
+
+
+@contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """A Ctrl-C that lands in this block is raised as KeyboardInterrupt where the block ends, not inside it.
+    For code that a KeyboardInterrupt at an arbitrary line leaves broken: the sweeps run every call into
+    Optuna's storage in it (`mbrl_offline.tune`). Interrupted at some lines of its commit or of its session's
+    close, SQLAlchemy kept the connection checked out and its SQLite transaction open: the next write
+    waited for the database lock (60 s), the next calls raised IllegalStateChangeError, and after a few
+    such interrupts the pool ran out and a call waited for ever (tests/test_tune.py drives a Ctrl-C to
+    lines all through a storage call). Blocks nest; the outermost raises. It acts in the main thread (the
+    only one that Python interrupts) where SIGINT has Python's own handler or `interrupts_kept`'s, for the
+    block; elsewhere the block runs as it is (a SIGINT that is ignored, or handled by the application, is
+    left to it)."""
+    global _deferred_depth, _deferred_interrupt
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGINT)
+    install = handler is signal.default_int_handler  # outside `interrupts_kept`: its handler, for the block
+    if not install and handler is not _interrupt:
+        yield
+        return
+    outer = _deferred_depth
+    if outer == 0:
+        _deferred_interrupt = False
+    # Written so that a Ctrl-C on any line here leaves the depth right: the handler, when left installed by
+    # one, raises as Python's own does.
+    try:
+        if install:
+            signal.signal(signal.SIGINT, _interrupt)
+        _deferred_depth = outer + 1
+        yield
+    finally:
+        try:
+            _deferred_depth = outer
+            if outer == 0 and _deferred_interrupt:  # also over the block's own error: the Ctrl-C wins
+                _deferred_interrupt = False
+                raise KeyboardInterrupt
+        finally:
+            if install:
+                signal.signal(signal.SIGINT, handler)
 
 
 def raise_if_interrupted() -> None:

@@ -22,6 +22,8 @@ tuning offline RL on online returns is online access, and the report states how 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import json
 import math
 import os
@@ -211,7 +213,33 @@ def _journal_storage(path: str):
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
-    return JournalStorage(JournalFileBackend(path))
+    return _interrupts_deferred(JournalStorage)(JournalFileBackend(path))
+
+
+@functools.lru_cache(maxsize=None)
+def _interrupts_deferred(storage_class: type) -> type:
+    """A subclass of an Optuna storage class whose every method runs in `platform.interrupts_deferred`: a
+    Ctrl-C that lands inside a call into the storage stops the sweep when the call returns. Raised at an
+    arbitrary line of SQLAlchemy's commit or close, it left the study's database locked or the storage
+    broken (`interrupts_deferred` says how), and the stopped worker then waited up to a minute, or for
+    ever, before it could fail and queue its trial again. The storage is still the class Optuna expects
+    (it wraps an `RDBStorage` in its cache, and finds the heartbeat), as a subclass."""
+    from mbrl_offline.platform import interrupts_deferred
+
+    def deferring(method):
+        @functools.wraps(method)
+        def call(*args, **kwargs):
+            with interrupts_deferred():
+                return method(*args, **kwargs)
+        return call
+
+    methods = {}
+    for cls in reversed(storage_class.__mro__):
+        for name, value in vars(cls).items():
+            if inspect.isfunction(value) and not name.startswith("__"):
+                methods[name] = deferring(getattr(storage_class, name))
+    return type(storage_class.__name__, (storage_class,), {**methods, "__module__": __name__,
+                                                              "__qualname__": storage_class.__qualname__})
 
 
 def check_storage(storage: Optional[str]) -> None:
@@ -234,6 +262,10 @@ def check_storage(storage: Optional[str]) -> None:
     check_writable_dir(path.parent, "the folder of sweep.storage")
 
 
+# sqlite: how long a write waits for the other workers' writes before it fails with "database is locked"
+SQLITE_LOCK_WAIT_S = 60
+
+
 def open_storage(location: str, heartbeat_seconds: int, on_interrupted: Callable):
     """The study's storage at ``location`` (from `storage_location`): a journal file or any SQLAlchemy URL."""
     import optuna
@@ -248,15 +280,16 @@ def open_storage(location: str, heartbeat_seconds: int, on_interrupted: Callable
             raise ConfigError(f"cannot open the journal sweep.storage={location}: {exc.strerror or exc}; choose a "
                               f"file in a folder you can write to.") from None
     url = location
-    # sqlite: wait for the other workers' writes instead of failing with "database is locked"
-    engine_kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite") else {"pool_pre_ping": True}
+    engine_kwargs = ({"connect_args": {"timeout": SQLITE_LOCK_WAIT_S}} if url.startswith("sqlite")
+                     else {"pool_pre_ping": True})
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     for attempt in range(3):  # workers starting together race to create the tables: the loser retries
         try:
             with warnings.catch_warnings():  # the heartbeat is marked experimental, and has been since Optuna 2.9
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_seconds,
-                                  grace_period=2 * heartbeat_seconds, heartbeat_stale_trial_callback=on_interrupted)
+                return _interrupts_deferred(RDBStorage)(
+                    url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_seconds,
+                    grace_period=2 * heartbeat_seconds, heartbeat_stale_trial_callback=on_interrupted)
         except ImportError as exc:
             raise ConfigError(f"sweep.storage {redact(url)} needs a database driver that is not installed ({exc}); "
                               f"for PostgreSQL: pip install 'psycopg[binary]' (or the package's [postgres] extra).") from None

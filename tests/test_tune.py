@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from contextlib import nullcontext
 from types import SimpleNamespace
 
 import optuna
@@ -106,6 +107,111 @@ def test_interrupted_trial_is_retried_and_resumes_its_runs(tmp_path, stop):
     assert epochs == list(range(1, 41))  # the run continued from its checkpoint, no epoch twice
     # only the epochs run after the resume count as new evaluation episodes of the retry
     assert retry.user_attrs["eval_episodes"] <= 40 - stopped_at + 1
+
+
+@pytest.mark.parametrize("storage", ["study.db", "study.journal"])
+@pytest.mark.parametrize("tool", [False, True], ids=["api", "tool"])
+def test_a_ctrl_c_inside_a_storage_call_leaves_the_study_usable(tmp_path, storage, tool):
+    """Ctrl-C at every 7th line of two calls into the study's storage (a trial's report and a user
+    attribute, the calls a trial makes after each evaluation), then what a stopped worker does next.
+    Each call must end in KeyboardInterrupt, and the worker's next calls (fail the trial, queue it again)
+    must run at once: interrupted inside SQLAlchemy's commit or close, the SQLite study stayed locked for
+    the 60 s of its lock timeout (as in CI's run of the interrupted-trial test above), later calls raised
+    IllegalStateChangeError, and a few interrupts later one waited for ever on a lock inside SQLAlchemy.
+    As a tool runs (`interrupts_kept`) and from Python (SIGINT with Python's own handler). In a process
+    of its own, so that a call that waits for ever fails the test."""
+    context = multiprocessing.get_context("spawn")
+    queue = context.Queue()
+    child = context.Process(target=_interrupt_storage_calls, args=(tmp_path, storage, tool, queue))
+    child.start()
+    child.join(timeout=180)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        pytest.fail("after a Ctrl-C inside a storage call, a later call waited for ever")
+    outcome = queue.get(timeout=5)
+    assert outcome == "ok", outcome
+
+
+def _interrupt_storage_calls(tmp_path, storage, tool, queue):
+    import sqlite3
+    from mbrl_offline import tune
+    from mbrl_offline.platform import interrupts_kept
+    from mbrl_offline.tune import open_storage, storage_location
+
+    tune.SQLITE_LOCK_WAIT_S = 2  # a study left locked fails this test in seconds
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest in the background ignores it
+    location = storage_location(None if storage == "study.db" else str(tmp_path / storage), tmp_path)
+    study = optuna.create_study(study_name="s", storage=open_storage(location, 1, lambda study, trial: None))
+    trial, step = study.ask(), 0
+    counts, reported = {}, []
+
+    def count_lines(call):
+        lines = [0]
+
+        def tracer(frame, event, arg):
+            lines[0] += event == "line"
+            return tracer
+        sys.settrace(tracer)
+        try:
+            call()
+        finally:
+            sys.settrace(None)
+        return lines[0]
+
+    calls = {"report": lambda: trial.report(1.0, step), "user attribute": lambda: trial.set_user_attr("n", step)}
+    try:
+        with interrupts_kept() if tool else nullcontext():
+            for name, call in calls.items():
+                counts[name] = count_lines(call)
+                reported += [step] if name == "report" else []
+                step += 1
+                for at in range(1, counts[name], 7):
+                    seen = [0]
+
+                    def interrupt_at(frame, event, arg):
+                        if event == "line":
+                            seen[0] += 1
+                            if seen[0] == at:
+                                signal.raise_signal(signal.SIGINT)
+                        return interrupt_at
+                    sys.settrace(interrupt_at)
+                    try:
+                        call()
+                        outcome = None
+                    except BaseException as exc:
+                        outcome = exc
+                    finally:
+                        sys.settrace(None)
+                    if seen[0] < at:  # this call ran fewer lines than the counted one: no Ctrl-C was sent
+                        assert outcome is None, outcome
+                    elif not isinstance(outcome, KeyboardInterrupt):
+                        raise AssertionError(f"Ctrl-C at line {at} of the {name} call ended in {outcome!r}")
+                    reported += [step] if name == "report" else []
+                    step += 1
+                    if storage == "study.db":
+                        database = sqlite3.connect(tmp_path / storage, timeout=0.5)
+                        try:
+                            database.execute("BEGIN IMMEDIATE")
+                        except sqlite3.OperationalError as exc:
+                            raise AssertionError(f"Ctrl-C at line {at} of the {name} call left the study "
+                                                 f"{exc}") from None
+                        database.rollback()
+                        database.close()
+        assert min(counts.values()) > 100  # the calls were traced: the Ctrl-Cs landed deep inside them
+        start = time.time()
+        trial.set_user_attr("interrupted", True)
+        study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        study.tell(trial, state=TrialState.FAIL)
+        assert time.time() - start < 10
+        assert [t.state for t in study.get_trials()] == [TrialState.FAIL, TrialState.WAITING]
+        # a report whose Ctrl-C landed in the storage (most of its lines) was completed before it was raised
+        recorded = set(study.trials[0].intermediate_values)
+        assert recorded <= set(reported) and len(recorded) > 0.5 * len(reported)
+    except BaseException as exc:
+        queue.put(f"{type(exc).__name__}: {exc}")
+    else:
+        queue.put("ok")
 
 
 SPACE = "algo.num_critics, algo.eta, generator.mixing.real_ratio, generator.rollout.horizon"
