@@ -342,12 +342,19 @@ _deferred_interrupt = False
 
 
 def _interrupt(signum, frame):
-    global _pending_interrupt, _deferred_interrupt
+    global _pending_interrupt
+    if _kept and _deferred_depth == 0:
+        _pending_interrupt = True
+    interrupt_unless_deferred()
+
+
+def interrupt_unless_deferred() -> None:
+    """KeyboardInterrupt now, or, inside an `interrupts_deferred` block, where the outermost block ends. For the
+    handlers of signals that stop the process as Ctrl-C does (the sweeps' SIGTERM, `mbrl_offline.tune`)."""
+    global _deferred_interrupt
     if _deferred_depth > 0:
         _deferred_interrupt = True
         return
-    if _kept:
-        _pending_interrupt = True
     raise KeyboardInterrupt
 
 
@@ -384,18 +391,15 @@ def interrupts_deferred() -> Iterator[None]:
     waited for the database lock (60 s), the next calls raised IllegalStateChangeError, and after a few
     such interrupts the pool ran out and a call waited for ever (tests/test_tune.py drives a Ctrl-C to
     lines all through a storage call). Blocks nest; the outermost raises. It acts in the main thread (the
-    only one that Python interrupts) where SIGINT has Python's own handler or `interrupts_kept`'s, for the
-    block; elsewhere the block runs as it is (a SIGINT that is ignored, or handled by the application, is
-    left to it)."""
+    only one that Python interrupts): on SIGINT where it has Python's own handler or `interrupts_kept`'s (a
+    SIGINT that is ignored, or handled by the application, is left to it), and on the signals whose handlers
+    call `interrupt_unless_deferred`."""
     global _deferred_depth, _deferred_interrupt
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     handler = signal.getsignal(signal.SIGINT)
     install = handler is signal.default_int_handler  # outside `interrupts_kept`: its handler, for the block
-    if not install and handler is not _interrupt:
-        yield
-        return
     outer = _deferred_depth
     if outer == 0:
         _deferred_interrupt = False

@@ -522,11 +522,14 @@ def _write_sweep_file(sweep_dir: Path, location: str, config: SweepConfig) -> No
 
 
 class _sigterm_as_interrupt:
-    """SIGTERM (a cluster scheduler's stop) ends the trial like Ctrl-C, so it is failed and queued again."""
+    """SIGTERM (a cluster scheduler's stop) ends the trial like Ctrl-C, so it is failed and queued again; inside a
+    call into the study's storage, where that call ends (`platform.interrupt_unless_deferred`)."""
 
     def __enter__(self):
+        from mbrl_offline.platform import interrupt_unless_deferred
+
         def handler(signum, frame):
-            raise KeyboardInterrupt
+            interrupt_unless_deferred()
 
         try:
             self.previous = signal.signal(signal.SIGTERM, handler)

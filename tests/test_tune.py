@@ -11,8 +11,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from contextlib import nullcontext
+from pathlib import Path
 from types import SimpleNamespace
 
 import optuna
@@ -110,19 +110,20 @@ def test_interrupted_trial_is_retried_and_resumes_its_runs(tmp_path, stop):
 
 
 @pytest.mark.parametrize("storage", ["study.db", "study.journal"])
-@pytest.mark.parametrize("tool", [False, True], ids=["api", "tool"])
-def test_a_ctrl_c_inside_a_storage_call_leaves_the_study_usable(tmp_path, storage, tool):
+@pytest.mark.parametrize("stop", ["api", "tool", "sigterm"])
+def test_a_ctrl_c_inside_a_storage_call_leaves_the_study_usable(tmp_path, storage, stop):
     """Ctrl-C at every 7th line of two calls into the study's storage (a trial's report and a user
     attribute, the calls a trial makes after each evaluation), then what a stopped worker does next.
     Each call must end in KeyboardInterrupt, and the worker's next calls (fail the trial, queue it again)
     must run at once: interrupted inside SQLAlchemy's commit or close, the SQLite study stayed locked for
     the 60 s of its lock timeout (as in CI's run of the interrupted-trial test above), later calls raised
     IllegalStateChangeError, and a few interrupts later one waited for ever on a lock inside SQLAlchemy.
-    As a tool runs (`interrupts_kept`) and from Python (SIGINT with Python's own handler). In a process
-    of its own, so that a call that waits for ever fails the test."""
+    As a tool runs (`interrupts_kept`), from Python (SIGINT with Python's own handler), and as SIGTERM in a
+    sweep (`tune._sigterm_as_interrupt`) whose SIGINT is ignored, as a background job's is. In a process of
+    its own, so that a call that waits for ever fails the test."""
     context = multiprocessing.get_context("spawn")
     queue = context.Queue()
-    child = context.Process(target=_interrupt_storage_calls, args=(tmp_path, storage, tool, queue))
+    child = context.Process(target=_interrupt_storage_calls, args=(tmp_path, storage, stop, queue))
     child.start()
     child.join(timeout=180)
     if child.is_alive():
@@ -133,57 +134,53 @@ def test_a_ctrl_c_inside_a_storage_call_leaves_the_study_usable(tmp_path, storag
     assert outcome == "ok", outcome
 
 
-def _interrupt_storage_calls(tmp_path, storage, tool, queue):
+def _interrupt_storage_calls(tmp_path, storage, stop, queue):
     import sqlite3
     from mbrl_offline import tune
     from mbrl_offline.platform import interrupts_kept
     from mbrl_offline.tune import open_storage, storage_location
 
     tune.SQLITE_LOCK_WAIT_S = 2  # a study left locked fails this test in seconds
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # pytest in the background ignores it
+    # Python's own handler (pytest in the background ignores SIGINT), or ignored as in a background job
+    signal.signal(signal.SIGINT, signal.SIG_IGN if stop == "sigterm" else signal.default_int_handler)
+    sent = signal.SIGTERM if stop == "sigterm" else signal.SIGINT
+    blocks = {"api": nullcontext, "tool": interrupts_kept, "sigterm": tune._sigterm_as_interrupt}
     location = storage_location(None if storage == "study.db" else str(tmp_path / storage), tmp_path)
     study = optuna.create_study(study_name="s", storage=open_storage(location, 1, lambda study, trial: None))
     trial, step = study.ask(), 0
     counts, reported = {}, []
 
-    def count_lines(call):
+    def traced(call, at=None):
+        """Run ``call`` counting its lines, sending the signal at line ``at``: (lines run, what it raised)."""
         lines = [0]
 
         def tracer(frame, event, arg):
-            lines[0] += event == "line"
+            if event == "line":
+                lines[0] += 1
+                if lines[0] == at:
+                    signal.raise_signal(sent)
             return tracer
         sys.settrace(tracer)
         try:
             call()
+            outcome = None
+        except BaseException as exc:
+            outcome = exc
         finally:
             sys.settrace(None)
-        return lines[0]
+        return lines[0], outcome
 
     calls = {"report": lambda: trial.report(1.0, step), "user attribute": lambda: trial.set_user_attr("n", step)}
     try:
-        with interrupts_kept() if tool else nullcontext():
+        with blocks[stop]():
             for name, call in calls.items():
-                counts[name] = count_lines(call)
+                counts[name], outcome = traced(call)
+                assert outcome is None, outcome
                 reported += [step] if name == "report" else []
                 step += 1
                 for at in range(1, counts[name], 7):
-                    seen = [0]
-
-                    def interrupt_at(frame, event, arg):
-                        if event == "line":
-                            seen[0] += 1
-                            if seen[0] == at:
-                                signal.raise_signal(signal.SIGINT)
-                        return interrupt_at
-                    sys.settrace(interrupt_at)
-                    try:
-                        call()
-                        outcome = None
-                    except BaseException as exc:
-                        outcome = exc
-                    finally:
-                        sys.settrace(None)
-                    if seen[0] < at:  # this call ran fewer lines than the counted one: no Ctrl-C was sent
+                    lines, outcome = traced(call, at)
+                    if lines < at:  # this call ran fewer lines than the counted one: no Ctrl-C was sent
                         assert outcome is None, outcome
                     elif not isinstance(outcome, KeyboardInterrupt):
                         raise AssertionError(f"Ctrl-C at line {at} of the {name} call ended in {outcome!r}")
